@@ -1,0 +1,47 @@
+# personagen — run `make help` for the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+N ?= 180
+SEED ?= 7
+PROFILE ?= default
+LLM ?=
+# The embedded model's native build enables AMX on some CPUs and crashes at the first decode;
+# these flags build a portable AVX2 llama.cpp instead.
+export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
+
+.PHONY: help install test test-slow lint prompts-check plan generate bench clean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-15s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP) ## create .venv and install personagen with its dev extras (first time ~5 min: builds llama.cpp)
+
+test: $(STAMP) ## run the fast test suite (sets itself up on a fresh machine)
+	$(PY) -m pytest -m 'not slow'
+
+test-slow: $(STAMP) ## run the slow tests (kill -9, concurrency, real model end to end)
+	$(PY) -m pytest -m slow
+
+lint: $(STAMP) ## run ruff
+	$(VENV)/bin/ruff check pipeline schemas flows tests bench
+
+prompts-check: $(STAMP) ## lint every prompt template against its context model
+	$(VENV)/bin/personagen prompts check
+
+plan: $(STAMP) ## plan N personas' timelines without any model: make plan N=5 SEED=7
+	$(VENV)/bin/personagen plan --n $(N) --seed $(SEED) --out outputs/plan
+
+bench: $(STAMP) ## run every benchmark and write bench/results.md
+	$(PY) bench/run.py
+
+clean: ## remove caches and generated outputs (keeps .venv)
+	rm -rf outputs/* .pytest_cache .ruff_cache

@@ -1,0 +1,71 @@
+"""Plan a run without any model: seed personas and simulate their timelines, with statistics."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import networkx as nx
+from pydantic import BaseModel
+
+from pipeline.catalog import catalog_inventory
+from pipeline.rng import derive_rng
+from pipeline.sample_personas import persona_from_seed, sample_personas
+from pipeline.simulate_timeline import simulate_timeline
+from schemas.config import RunConfig
+from schemas.persona import Persona
+from schemas.timeline import Timeline
+
+
+class Plan(BaseModel):
+    personas: list[Persona]
+    timelines: list[Timeline]
+
+
+def build_plan(config: RunConfig) -> Plan:
+    """Personas from their seeds and the catalog inventory, each with its simulated timeline."""
+    seeds = sample_personas(config.n_personas, run_seed=config.seed, settings=config.personas)
+    inventory = catalog_inventory(config.topics)
+    personas, timelines = [], []
+    for seed in seeds:
+        persona = persona_from_seed(seed, run_seed=config.seed, split=config.personas.split)
+        rng = derive_rng(config.seed, persona.persona_id, "simulate_timeline")
+        personas.append(persona)
+        timelines.append(simulate_timeline(persona, inventory, config=config, rng=rng))
+    return Plan(personas=personas, timelines=timelines)
+
+
+def plan_stats(timelines: list[Timeline], topics: list[str]) -> dict:
+    """Counts that show the timelines exercise what the benchmark needs (updates, cross-topic, chains)."""
+    kinds: Counter[str] = Counter()
+    updates_per_topic: Counter[str] = Counter({t: 0 for t in topics})
+    chain_lengths: Counter[int] = Counter()
+    life, cross, depth = 0, 0, 0
+    for t in timelines:
+        kinds.update(e.kind for e in t.events)
+        by_id = {e.event_id: e for e in t.events}
+        for e in t.events:
+            if e.kind == "preference_update" and e.topic:
+                updates_per_topic[e.topic] += 1
+        children: dict[str, set[str]] = {}
+        for edge in t.edges:
+            child = by_id[edge.child_event_id]
+            if edge.relation == "causes" and child.kind == "preference_update":
+                children.setdefault(edge.parent_event_id, set()).add(child.topic or "")
+        for e in t.events:
+            if e.kind == "life_event":
+                life += 1
+                cross += len(children.get(e.event_id, ())) >= 2
+        chain_lengths.update(len(c) for c in t.chains().values())
+        depth = max(depth, nx.dag_longest_path_length(t.graph()) + 1 if t.events else 0)
+    return {
+        "personas": len(timelines),
+        "events": dict(kinds),
+        "life_events": life,
+        "cross_topic_life_events": cross,
+        "cross_topic_fraction": round(cross / life, 4) if life else 0.0,
+        "preference_versions": sum(len(t.preferences) for t in timelines),
+        "updates_per_topic": dict(updates_per_topic),
+        "chain_lengths": dict(sorted(chain_lengths.items())),
+        "max_chain_length": max(chain_lengths, default=0),
+        "max_causal_depth": depth,
+    }

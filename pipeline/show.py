@@ -1,0 +1,68 @@
+"""Render one persona's timeline as a readable, dated tree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.markup import escape
+from rich.tree import Tree
+
+from pipeline.dataset import read_table
+from pipeline.errors import UserError
+from schemas.persona import Persona
+from schemas.timeline import Event, Timeline
+
+
+def load_persona_timeline(directory: Path, persona_id: str) -> tuple[Persona, Timeline]:
+    """Read the plan tables and rebuild (and so re-validate) one persona's timeline."""
+    personas = [p for p in read_table(directory, "personas") if p.persona_id == persona_id]
+    if not personas:
+        raise UserError(f"{directory}: no persona {persona_id!r}")
+    events = [e for e in read_table(directory, "events") if e.persona_id == persona_id]
+    ids = {e.event_id for e in events}
+    edges = [e for e in read_table(directory, "event_edges") if e.child_event_id in ids]
+    prefs = [p for p in read_table(directory, "preferences") if p.persona_id == persona_id]
+    return personas[0], Timeline(persona_id=persona_id, events=events, edges=edges, preferences=prefs)
+
+
+def _when(e: Event) -> str:
+    return e.time.strftime("%Y-%m-%d %H:%M")
+
+
+def timeline_tree(persona: Persona, timeline: Timeline) -> Tree:
+    """Initial preferences, then each period's events in time order with their effects and causes."""
+    root = Tree(f"[bold]{escape(persona.name)}[/] ({persona.persona_id}) — {escape(persona.seed_text)}")
+    initial = root.add("[bold]initial preferences[/]")
+    for p in timeline.preferences:
+        if p.version == 1 and p.caused_by_event_id is None:
+            tag = " [dim](stereotypical)[/]" if p.stereotypical else ""
+            initial.add(f"{p.topic}: {p.stance}s {escape(p.item)}{tag}")
+    by_id = {e.event_id: e for e in timeline.events}
+    parents: dict[str, list[str]] = {}
+    children: dict[str, list[str]] = {}
+    for edge in timeline.edges:
+        parents.setdefault(edge.child_event_id, []).append(edge.parent_event_id)
+        if edge.relation == "causes":
+            children.setdefault(edge.parent_event_id, []).append(edge.child_event_id)
+    versions = {p.key: p for p in timeline.preferences}
+    periods: dict[str, Tree] = {}
+    for e in timeline.events:
+        if e.kind == "preference_update":
+            continue
+        branch = periods.get(e.period) or periods.setdefault(e.period, root.add(f"[bold]{e.period}[/]"))
+        if e.kind == "routine":
+            branch.add(f"{_when(e)} [dim]routine · {e.topic}[/]: {escape(e.summary)}")
+            continue
+        node = branch.add(f"{_when(e)} [cyan]\\[{e.category}][/] {escape(e.summary)}")
+        for pid in parents.get(e.event_id, []):
+            node.add(f"[dim]caused by {_when(by_id[pid])}: {escape(by_id[pid].summary)}[/]")
+        for cid in sorted(children.get(e.event_id, []), key=lambda c: by_id[c].time):
+            child = by_id[cid]
+            if child.kind == "life_event":
+                node.add(f"[dim]leads to {_when(child)}: {escape(child.summary)}[/]")
+                continue
+            new = versions[child.pref_refs[-1]]
+            old = versions.get(child.pref_refs[0]) if len(child.pref_refs) > 1 else None
+            change = f"{old.stance} → {new.stance}" if old else f"new: {new.stance}"
+            node.add(f"{new.topic}: {escape(new.item)} {change} (v{new.version}, from {new.valid_from:%Y-%m-%d})")
+    return root

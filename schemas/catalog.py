@@ -1,0 +1,112 @@
+"""Models of the built-in data files: the item catalog and the persona / life-event taxonomy."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+TAG_PATTERN = r"^(age_band|gender|life_stage):[A-Za-z0-9_+\-]+$"
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class InventoryItem(Strict):
+    """A concrete thing a persona can like or dislike in one topic, with stereotype tags."""
+
+    name: str = Field(min_length=1)
+    tags: list[str] = Field(default_factory=list)
+
+
+class CatalogItem(InventoryItem):
+    @field_validator("tags")
+    @classmethod
+    def _closed_vocabulary(cls, tags: list[str]) -> list[str]:
+        for tag in tags:
+            if not re.match(TAG_PATTERN, tag):
+                raise ValueError(f"tag {tag!r} is not age_band:*, gender:* or life_stage:*")
+        return tags
+
+
+class TopicCatalog(Strict):
+    description: str
+    items: list[CatalogItem] = Field(min_length=1)
+
+
+class Catalog(Strict):
+    version: int
+    topics: dict[str, TopicCatalog]
+
+    @model_validator(mode="after")
+    def _unique_items(self) -> Catalog:
+        seen: dict[str, str] = {}
+        for topic, cat in self.topics.items():
+            for item in cat.items:
+                key = item.name.casefold()
+                if key in seen:
+                    raise ValueError(f"catalog item {item.name!r} appears in {seen[key]} and {topic}")
+                seen[key] = topic
+        return self
+
+
+class Weighted(Strict):
+    value: str
+    weight: float = Field(default=1.0, gt=0)
+
+
+class AgeBand(Strict):
+    band: str
+    min: int = Field(ge=0)
+    max: int = Field(ge=0)
+    weight: float = Field(gt=0)
+
+
+class Occupation(Weighted):
+    group: str
+    min_age: int
+    max_age: int
+
+
+class LifeStage(Weighted):
+    min_age: int
+    max_age: int
+
+
+class FirstName(Strict):
+    value: str
+    gender: Literal["woman", "man", "any"]
+
+
+class EventCategory(Strict):
+    topics: list[str] = Field(min_length=1)
+    summaries: list[str] = Field(min_length=1)
+
+
+class Taxonomy(Strict):
+    """Attribute distributions of the built-in seed sampler, and the life-event categories."""
+
+    version: int
+    age_bands: list[AgeBand] = Field(min_length=1)
+    gender_identities: list[Weighted] = Field(min_length=1)
+    regions: list[Weighted] = Field(min_length=1)
+    occupations: list[Occupation] = Field(min_length=1)
+    life_stages: list[LifeStage] = Field(min_length=1)
+    households: list[Weighted] = Field(min_length=1)
+    values: list[Weighted] = Field(min_length=1)
+    hobbies: list[Weighted] = Field(min_length=1)
+    first_names: list[FirstName] = Field(min_length=1)
+    last_names: list[str] = Field(min_length=1)
+    life_event_categories: dict[str, EventCategory] = Field(min_length=1)
+    follow_ups: dict[str, list[str]] = Field(default_factory=dict, description="parent category -> child categories")
+    routine_summaries: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _known_follow_ups(self) -> Taxonomy:
+        for parent, children in self.follow_ups.items():
+            for name in [parent, *children]:
+                if name not in self.life_event_categories:
+                    raise ValueError(f"follow_ups.{parent}: unknown life-event category {name!r}")
+        return self

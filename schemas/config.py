@@ -1,0 +1,111 @@
+"""Run configuration. Every model forbids unknown fields so a typo fails loudly."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DEFAULT_TOPICS: tuple[str, ...] = (
+    "therapy",
+    "legalConsultation",
+    "bookRecommendation",
+    "musicRecommendation",
+    "movieRecommendation",
+    "foodRecommendation",
+    "familyRelations",
+    "datingConsultation",
+    "medicalConsultation",
+    "financialConsultation",
+    "travelPlanning",
+    "onlineShopping",
+    "studyConsultation",
+    "homeDecoration",
+    "sportsRecommendation",
+)
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Period(Strict):
+    """A snapshot at which conversations happen, ``offset_days`` after the run's start date."""
+
+    name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_+\-]+$")
+    offset_days: int = Field(ge=0)
+
+
+DEFAULT_PERIODS = [
+    Period(name="INIT", offset_days=0),
+    Period(name="WEEK", offset_days=7),
+    Period(name="MONTH", offset_days=30),
+    Period(name="YEAR", offset_days=365),
+]
+
+
+class PersonaSettings(Strict):
+    """Where seed personas come from."""
+
+    source: Literal["builtin", "personahub"] = "builtin"
+    personahub_path: str | None = None
+    split: str = "test"
+
+    @model_validator(mode="after")
+    def _path_for_personahub(self) -> PersonaSettings:
+        if self.source == "personahub" and not self.personahub_path:
+            raise ValueError("personas.personahub_path is required when personas.source is 'personahub'")
+        return self
+
+
+class TimelineSettings(Strict):
+    """Rates of the causal timeline simulator."""
+
+    initial_prefs_min: int = Field(default=3, ge=1, le=20)
+    initial_prefs_max: int = Field(default=5, ge=1, le=20)
+    like_probability: float = Field(default=0.6, ge=0.0, le=1.0)
+    stereotypical_fraction: float = Field(default=0.25, ge=0.0, le=1.0)
+    background_events: int = Field(default=2, ge=0, le=20, description="life events before INIT")
+    topic_update_probability: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="chance that a topic's preferences change in each later period"
+    )
+    cross_topic_fraction: float = Field(default=0.45, ge=0.0, le=1.0)
+    max_topics_per_event: int = Field(default=3, ge=1, le=6)
+    followup_probability: float = Field(default=0.3, ge=0.0, le=1.0, description="a life event caused by an earlier one")
+    continue_chain_probability: float = Field(default=0.45, ge=0.0, le=1.0)
+    new_item_fraction: float = Field(default=0.15, ge=0.0, le=1.0)
+    max_versions: int = Field(default=4, ge=1, le=12, description="max chain length of one preference")
+    routine_per_period: float = Field(default=2.0, ge=0.0, le=50.0, description="mean routine events per later period")
+    last_period_days: int = Field(default=30, ge=1)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> TimelineSettings:
+        if self.initial_prefs_min > self.initial_prefs_max:
+            raise ValueError("timeline.initial_prefs_min is greater than timeline.initial_prefs_max")
+        return self
+
+
+class RunConfig(Strict):
+    """Everything that decides a dataset's content (operational settings live elsewhere)."""
+
+    dataset: str = Field(default="personamem", pattern=r"^[A-Za-z0-9_\-]+$")
+    seed: int = 7
+    n_personas: int = Field(default=180, ge=1, le=100_000)
+    start_date: datetime = datetime(2025, 1, 6, 9, 0)
+    topics: list[str] = Field(default_factory=lambda: list(DEFAULT_TOPICS), min_length=1)
+    periods: list[Period] = Field(default_factory=lambda: list(DEFAULT_PERIODS), min_length=1)
+    personas: PersonaSettings = Field(default_factory=PersonaSettings)
+    timeline: TimelineSettings = Field(default_factory=TimelineSettings)
+
+    @model_validator(mode="after")
+    def _unique(self) -> RunConfig:
+        if len(set(self.topics)) != len(self.topics):
+            raise ValueError("topics: duplicate topic names")
+        names = [p.name for p in self.periods]
+        if len(set(names)) != len(names):
+            raise ValueError("periods: duplicate period names")
+        offsets = [p.offset_days for p in self.periods]
+        if offsets != sorted(set(offsets)):
+            raise ValueError("periods: offset_days must be strictly increasing")
+        return self

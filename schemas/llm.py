@@ -1,0 +1,108 @@
+"""Settings and accounting models of the LLM gateway (pipeline/llm.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Price(BaseModel):
+    """USD per million tokens for one model."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_mtok: float = Field(ge=0)
+    output_per_mtok: float = Field(ge=0)
+
+
+class LLMSettings(BaseModel):
+    """Everything the gateway needs; only sampling fields and `llm` reach the cache key."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    llm: str | None = Field(
+        default=None,
+        description="Backend string: 'openai:<model>', 'local', 'local:<path.gguf>' or 'fake[?faults]'. "
+        "None: the LLM environment variable, else openai when OPENAI_API_KEY is set, else local.",
+    )
+    temperature: float = Field(default=0.7, ge=0, le=2)
+    top_p: float = Field(default=0.95, gt=0, le=1)
+    max_tokens: int = Field(default=1024, ge=1)
+    seed: int = Field(default=0, description="Sampling seed; the backend gets seed + sample_index.")
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_concurrency: int = Field(default=8, ge=1, description="In-flight requests per backend, per process.")
+    rpm: int | None = Field(default=None, ge=1, description="Requests per minute budget per backend.")
+    tpm: int | None = Field(default=None, ge=1, description="Tokens per minute budget per backend.")
+    max_retries: int = Field(default=5, ge=0, description="Transport retries (429, 5xx, timeouts).")
+    reask: int = Field(default=2, ge=0, description="Re-asks that feed a validation error back.")
+    backoff_s: float = Field(default=0.5, ge=0, description="First retry delay; doubles, with jitter.")
+    backoff_max_s: float = Field(default=30.0, ge=0)
+    cache_path: Path = Path("outputs/.cache/llm.sqlite")
+    cache_only: bool = Field(default=False, description="Fail on any cache miss instead of calling a model.")
+    n_ctx: int = Field(default=4096, ge=256, description="Context window of the embedded model.")
+    n_threads: int | None = Field(default=None, ge=1, description="Embedded model threads; None = all cores.")
+    prices: dict[str, Price] = Field(default_factory=dict, description="Model name -> price.")
+
+
+class TokenCount(BaseModel):
+    """Token and cost totals for one slice of the calls (a stage, a model, or everything)."""
+
+    calls: int = 0
+    cache_hits: int = 0
+    backend_calls: int = 0
+    retries: int = 0
+    reasks: int = 0
+    failures: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def add(self, other: TokenCount) -> None:
+        """Accumulate `other` into self."""
+        for name in type(self).model_fields:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+class UsageSummary(BaseModel):
+    """Totals for the run manifest: overall, per stage and per model."""
+
+    total: TokenCount = Field(default_factory=TokenCount)
+    by_stage: dict[str, TokenCount] = Field(default_factory=dict)
+    by_model: dict[str, TokenCount] = Field(default_factory=dict)
+
+    def record(self, stage: str, model: str, count: TokenCount) -> None:
+        """Add one call's counts to the total, its stage and its model."""
+        self.total.add(count)
+        self.by_stage.setdefault(stage, TokenCount()).add(count)
+        self.by_model.setdefault(model, TokenCount()).add(count)
+
+    def merge(self, other: UsageSummary) -> None:
+        """Add another summary (e.g. from a second gateway instance) into this one."""
+        self.total.add(other.total)
+        for stage, count in other.by_stage.items():
+            self.by_stage.setdefault(stage, TokenCount()).add(count)
+        for model, count in other.by_model.items():
+            self.by_model.setdefault(model, TokenCount()).add(count)
+
+
+class PingContext(BaseModel):
+    """Input of the gateway's self-test prompt (prompts/gateway/ping.jinja)."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [
+        {"persona": "A retired teacher in Lisbon who walks by the river every morning.", "topic": "books"},
+    ]})
+
+    persona: str
+    topic: str
+
+
+class PingReply(BaseModel):
+    """A one-item answer, small enough for the embedded model to write in about a second."""
+
+    item: str = Field(min_length=2, max_length=60, description="One concrete thing this person would enjoy.")
+
+    @classmethod
+    def fake_output(cls, context: PingContext, rng) -> PingReply:
+        """Fake-backend hook: an item that names the topic."""
+        return cls(item=f"a {context.topic} pick no. {rng.randint(1, 99)}")

@@ -1,0 +1,22 @@
+"""Shared fixtures. Tests never touch the network and need no API key."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+PERSONAHUB = SHARED / "data" / "personahub" / "personas_5000.jsonl"
+
+os.environ.setdefault("PERSONAGEN_CACHE_DIR", str(REPO / "outputs" / ".cache-tests"))
+os.environ.pop("OPENAI_API_KEY", None)
+
+
+@pytest.fixture
+def personahub_file() -> Path:
+    if not PERSONAHUB.exists():
+        pytest.skip("../shared/data/personahub is absent")
+    return PERSONAHUB

@@ -1,0 +1,57 @@
+"""Default-config statistics over 180 personas, determinism across N, and the plan/show commands."""
+
+import pyarrow.parquet as pq
+from typer.testing import CliRunner
+
+from pipeline.cli import app
+from pipeline.config import load_config
+from pipeline.plan import build_plan, plan_stats
+
+runner = CliRunner()
+
+
+def test_default_config_over_180_personas_exercises_the_benchmark():
+    config = load_config("default", n_personas=180, seed=7)
+    stats = plan_stats(build_plan(config).timelines, config.topics)
+    assert all(count > 0 for count in stats["updates_per_topic"].values()), stats["updates_per_topic"]
+    assert stats["cross_topic_fraction"] >= 0.20
+    assert stats["max_chain_length"] >= 3
+    assert stats["events"]["routine"] > 0
+    assert stats["max_causal_depth"] >= 3
+
+
+def test_persona_i_is_identical_for_any_n():
+    small = build_plan(load_config("default", n_personas=3, seed=5))
+    large = build_plan(load_config("default", n_personas=25, seed=5))
+    assert small.personas == large.personas[:3]
+    assert small.timelines == large.timelines[:3]
+
+
+def test_plan_writes_parquet_and_show_prints_a_dated_tree(tmp_path):
+    out = tmp_path / "plan"
+    result = runner.invoke(app, ["plan", "--n", "5", "--seed", "7", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "life events touching 2+ topics" in result.output
+    tables = {p.stem: pq.read_table(p) for p in out.glob("*.parquet")}
+    assert set(tables) == {"personas", "preferences", "events", "event_edges"}
+    assert tables["personas"].num_rows == 5
+    persona_id = tables["personas"].column("persona_id")[0].as_py()
+    shown = runner.invoke(app, ["show", persona_id, "--plan", str(out)])
+    assert shown.exit_code == 0, shown.output
+    assert "initial preferences" in shown.output and "2025-" in shown.output
+
+
+def test_plan_rejects_bad_input_with_one_line(tmp_path):
+    result = runner.invoke(app, ["plan", "--n", "0", "--out", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert "n_personas" in result.output
+    assert not (tmp_path / "x").exists()
+    missing = runner.invoke(app, ["show", "per_nope", "--plan", str(tmp_path / "x")])
+    assert missing.exit_code == 2
+
+
+def test_plan_reads_personahub(tmp_path, personahub_file):
+    out = tmp_path / "plan"
+    result = runner.invoke(app, ["plan", "--n", "4", "--personahub", str(personahub_file), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert pq.read_table(out / "personas.parquet").column("seed_source").to_pylist() == ["personahub"] * 4

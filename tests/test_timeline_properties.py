@@ -1,0 +1,98 @@
+"""Property tests: every invariant holds on the simulator's output over generated seeds and configs."""
+
+from datetime import timedelta
+
+import networkx as nx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from pipeline.catalog import catalog_inventory
+from pipeline.periods import period_windows
+from pipeline.rng import derive_rng
+from pipeline.sample_personas import persona_from_seed, sample_builtin_seed
+from pipeline.catalog import load_taxonomy
+from pipeline.simulate_timeline import simulate_timeline
+from schemas.config import DEFAULT_TOPICS, Period, RunConfig, TimelineSettings
+
+INVENTORY = catalog_inventory(list(DEFAULT_TOPICS))
+
+
+@st.composite
+def configs(draw) -> RunConfig:
+    topics = draw(st.lists(st.sampled_from(DEFAULT_TOPICS), min_size=1, max_size=6, unique=True))
+    gaps = draw(st.lists(st.integers(min_value=1, max_value=400), min_size=0, max_size=4))
+    offsets = [0]
+    for gap in gaps:
+        offsets.append(offsets[-1] + gap)
+    lo = draw(st.integers(1, 4))
+    timeline = TimelineSettings(
+        initial_prefs_min=lo,
+        initial_prefs_max=lo + draw(st.integers(0, 3)),
+        topic_update_probability=draw(st.floats(0.0, 1.0)),
+        cross_topic_fraction=draw(st.floats(0.0, 1.0)),
+        max_topics_per_event=draw(st.integers(1, 4)),
+        followup_probability=draw(st.floats(0.0, 1.0)),
+        continue_chain_probability=draw(st.floats(0.0, 1.0)),
+        new_item_fraction=draw(st.floats(0.0, 1.0)),
+        max_versions=draw(st.integers(1, 6)),
+        routine_per_period=draw(st.floats(0.0, 4.0)),
+        background_events=draw(st.integers(0, 4)),
+    )
+    return RunConfig(
+        seed=draw(st.integers(0, 2**31)),
+        topics=topics,
+        periods=[Period(name=f"P{i}", offset_days=o) for i, o in enumerate(offsets)],
+        timeline=timeline,
+    )
+
+
+def simulate(config: RunConfig, index: int):
+    seed = sample_builtin_seed(index, run_seed=config.seed, taxonomy=load_taxonomy())
+    persona = persona_from_seed(seed, run_seed=config.seed)
+    rng = derive_rng(config.seed, persona.persona_id, "simulate_timeline")
+    return simulate_timeline(persona, INVENTORY, config=config, rng=rng)
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs(), index=st.integers(0, 10_000))
+def test_simulated_timelines_hold_every_invariant(config: RunConfig, index: int):
+    t = simulate(config, index)
+    events = {e.event_id: e for e in t.events}
+    assert len(events) == len(t.events)
+    g = nx.DiGraph()
+    g.add_nodes_from(events)
+    for edge in t.edges:
+        assert events[edge.parent_event_id].time < events[edge.child_event_id].time
+        g.add_edge(edge.parent_event_id, edge.child_event_id)
+    assert nx.is_directed_acyclic_graph(g)
+    windows = period_windows(config)
+    last_end = windows[-1].events_end
+    for pref, chain in t.chains().items():
+        assert [v.version for v in chain] == list(range(1, len(chain) + 1))
+        assert len(chain) <= config.timeline.max_versions
+        for v in chain:
+            if v.version > 1:
+                assert v.caused_by_event_id is not None
+            if v.caused_by_event_id:
+                cause = events[v.caused_by_event_id]
+                assert cause.time < v.valid_from and cause.kind == "preference_update"
+                assert any(events[p].kind == "life_event" for p in g.predecessors(cause.event_id))
+                assert v.valid_from < last_end
+        for a, b in zip(chain, chain[1:]):
+            assert a.valid_to == b.valid_from and a.stance != b.stance
+            assert t.as_of(pref, b.valid_from) == b
+            assert t.as_of(pref, b.valid_from - timedelta(seconds=1)) == a
+        assert chain[-1].valid_to is None
+    for e in t.events:
+        window = next(w for w in windows if w.name == e.period)
+        assert window.events_start <= e.time < window.events_end
+        if e.kind == "routine":
+            (key,) = e.pref_refs
+            pref, version = key.rsplit("@", 1)
+            assert t.as_of(pref, e.time).version == int(version)
+
+
+@settings(max_examples=20, deadline=None)
+@given(config=configs(), index=st.integers(0, 10_000))
+def test_same_seed_same_timeline(config: RunConfig, index: int):
+    assert simulate(config, index) == simulate(config, index)

@@ -1,0 +1,108 @@
+"""Each validator rejects a hand-broken timeline with a message naming what is wrong."""
+
+from datetime import datetime, timedelta
+
+import pytest
+
+from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline, TimelineError
+
+T0 = datetime(2025, 1, 1, 9, 0)
+P = "per_x"
+
+
+def ev(eid: str, hours: int, kind: str = "life_event") -> Event:
+    return Event(event_id=eid, persona_id=P, time=T0 + timedelta(hours=hours), period="WEEK", kind=kind, summary=eid)
+
+
+def ver(version: int, stance: str, start: int, end: int | None, cause: str | None) -> PreferenceVersion:
+    return PreferenceVersion(
+        pref_id="pref_a", version=version, persona_id=P, topic="foodRecommendation", item="ramen", stance=stance,
+        valid_from=T0 + timedelta(hours=start), valid_to=None if end is None else T0 + timedelta(hours=end),
+        caused_by_event_id=cause,
+    )
+
+
+def good_parts():
+    events = [ev("life", 1), ev("upd", 2, "preference_update")]
+    edges = [EventEdge(parent_event_id="life", child_event_id="upd", relation="causes")]
+    prefs = [ver(1, "like", -100, 3, None), ver(2, "dislike", 3, None, "upd")]
+    return events, edges, prefs
+
+
+def build(events, edges, prefs) -> Timeline:
+    return Timeline(persona_id=P, events=events, edges=edges, preferences=prefs)
+
+
+def test_valid_timeline_and_as_of():
+    t = build(*good_parts())
+    assert t.as_of("pref_a", T0).stance == "like"
+    assert t.as_of("pref_a", T0 + timedelta(hours=3)).stance == "dislike"
+    assert t.as_of("pref_a", T0 - timedelta(hours=200)) is None
+    assert [e.event_id for e in t.root_causes("upd")] == ["life"]
+
+
+def test_cycle_is_rejected():
+    events, edges, prefs = good_parts()
+    edges.append(EventEdge(parent_event_id="upd", child_event_id="life", relation="causes"))
+    with pytest.raises(TimelineError, match="event graph has a cycle: (life -> upd -> life|upd -> life -> upd)"):
+        build(events, edges, prefs)
+
+
+def test_effect_before_cause_is_rejected():
+    events, edges, prefs = good_parts()
+    events[1] = ev("upd", 0, "preference_update")
+    with pytest.raises(TimelineError, match="edge life -> upd: parent .* is not strictly earlier"):
+        build(events, edges, prefs)
+
+
+def test_version_valid_before_its_cause_is_rejected():
+    events, edges, _ = good_parts()
+    prefs = [ver(1, "like", -100, 1, None), ver(2, "dislike", 1, None, "upd")]
+    with pytest.raises(TimelineError, match="pref_a@2: cause upd .* is not earlier than valid_from"):
+        build(events, edges, prefs)
+
+
+def test_overlapping_versions_are_rejected():
+    events, edges, _ = good_parts()
+    prefs = [ver(1, "like", -100, 5, None), ver(2, "dislike", 3, None, "upd")]
+    with pytest.raises(TimelineError, match="versions 1 and 2 overlap"):
+        build(events, edges, prefs)
+
+
+def test_open_ended_earlier_version_overlaps():
+    events, edges, _ = good_parts()
+    prefs = [ver(1, "like", -100, None, None), ver(2, "dislike", 3, None, "upd")]
+    with pytest.raises(TimelineError, match="overlap"):
+        build(events, edges, prefs)
+
+
+def test_uncaused_change_is_rejected():
+    events, edges, _ = good_parts()
+    prefs = [ver(1, "like", -100, 3, None), ver(2, "dislike", 3, None, None)]
+    with pytest.raises(TimelineError, match="pref_a@2: change has no causing event"):
+        build(events, edges, prefs)
+
+
+def test_non_alternating_stance_is_rejected():
+    events, edges, _ = good_parts()
+    prefs = [ver(1, "like", -100, 3, None), ver(2, "like", 3, None, "upd")]
+    with pytest.raises(TimelineError, match="do not alternate stance"):
+        build(events, edges, prefs)
+
+
+def test_dangling_ids_are_rejected():
+    events, edges, prefs = good_parts()
+    with pytest.raises(TimelineError, match="dangling event id ghost"):
+        build(events, edges + [EventEdge(parent_event_id="ghost", child_event_id="upd", relation="causes")], prefs)
+    prefs[1] = ver(2, "dislike", 3, None, "ghost")
+    with pytest.raises(TimelineError, match="dangling cause ghost"):
+        build(events, edges, prefs)
+
+
+def test_version_gap_and_duplicates_are_rejected():
+    events, edges, prefs = good_parts()
+    prefs[1] = prefs[1].model_copy(update={"version": 3})
+    with pytest.raises(TimelineError, match=r"versions \[1, 3\] are not 1..n"):
+        build(events, edges, prefs)
+    with pytest.raises(TimelineError, match="duplicate event id life"):
+        build(events + [ev("life", 5)], edges, good_parts()[2])
