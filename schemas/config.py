@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from schemas.context import AssemblySettings
+
 DEFAULT_TOPICS: tuple[str, ...] = (
     "therapy",
     "legalConsultation",
@@ -97,6 +99,7 @@ class RunConfig(Strict):
     periods: list[Period] = Field(default_factory=lambda: list(DEFAULT_PERIODS), min_length=1)
     personas: PersonaSettings = Field(default_factory=PersonaSettings)
     timeline: TimelineSettings = Field(default_factory=TimelineSettings)
+    assembly: AssemblySettings = Field(default_factory=AssemblySettings)
 
     @model_validator(mode="after")
     def _unique(self) -> RunConfig:

@@ -4,9 +4,45 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Ordering = Literal["focal_gap", "end_gap"]
+ProfileMode = Literal["once", "per_session"]
+ChatRole = Literal["system", "user", "assistant"]
+
+
+class AssemblySettings(BaseModel):
+    """How contexts are built: token budgets, ordering modes, filler placement, profile messages."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    budgets: list[int] = Field(
+        default_factory=lambda: [32_000, 128_000], min_length=1, description="token budgets; 1_000_000 is available"
+    )
+    orderings: list[Ordering] = Field(
+        default_factory=lambda: ["focal_gap", "end_gap"], min_length=1, description="modes the seed chooses among"
+    )
+    profile: ProfileMode = Field(default="once", description="profile system message once, or before each persona session")
+    tolerance: float = Field(default=0.02, gt=0, lt=0.5, description="a context ends within this fraction below its budget")
+    gap_fraction: float = Field(default=0.5, ge=0, le=1, description="share of the filler that forms the long gap")
+    max_persona_fraction: float = Field(
+        default=0.8, gt=0, le=1, description="most of a budget the persona's own sessions may take; the rest is filler"
+    )
+
+    @model_validator(mode="after")
+    def _budgets(self) -> AssemblySettings:
+        if any(b < 1000 for b in self.budgets) or len(set(self.budgets)) != len(self.budgets):
+            raise ValueError("assembly.budgets: each budget must be distinct and at least 1000 tokens")
+        return self
+
+
+class ChatMessage(BaseModel):
+    """One message as a model receives it (OpenAI chat format)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: ChatRole
+    content: str
 
 
 class Context(BaseModel):
@@ -21,6 +57,8 @@ class Context(BaseModel):
     session_ids: list[str]
     n_tokens: int = Field(ge=0)
     filler_tokens: int = Field(ge=0)
+    profile_mode: ProfileMode = Field(default="once", description="where the profile system message appears")
+    focal_topic: str | None = Field(default=None, description="the topic whose gap the ordering mode places")
 
 
 class Placement(BaseModel):

@@ -136,6 +136,8 @@ CONTEXTS = _schema(
     ("session_ids", STR_LIST, False),
     ("n_tokens", pa.int64(), False),
     ("filler_tokens", pa.int64(), False),
+    ("profile_mode", STR, False),
+    ("focal_topic", STR, True),
 )
 PLACEMENTS = _schema(
     ("context_id", STR, False),
