@@ -1,7 +1,7 @@
+import pytest
+
 from pipeline.catalog import catalog_inventory, load_catalog, load_taxonomy
 from schemas.config import DEFAULT_TOPICS
-
-import pytest
 
 
 def test_catalog_covers_every_default_topic_with_40_items():

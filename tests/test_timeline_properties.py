@@ -6,11 +6,10 @@ import networkx as nx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.catalog import catalog_inventory
+from pipeline.catalog import catalog_inventory, load_taxonomy
 from pipeline.periods import period_windows
 from pipeline.rng import derive_rng
 from pipeline.sample_personas import persona_from_seed, sample_builtin_seed
-from pipeline.catalog import load_taxonomy
 from pipeline.simulate_timeline import simulate_timeline
 from schemas.config import DEFAULT_TOPICS, Period, RunConfig, TimelineSettings
 
@@ -78,7 +77,7 @@ def test_simulated_timelines_hold_every_invariant(config: RunConfig, index: int)
                 assert cause.time < v.valid_from and cause.kind == "preference_update"
                 assert any(events[p].kind == "life_event" for p in g.predecessors(cause.event_id))
                 assert v.valid_from < last_end
-        for a, b in zip(chain, chain[1:]):
+        for a, b in zip(chain, chain[1:], strict=False):
             assert a.valid_to == b.valid_from and a.stance != b.stance
             assert t.as_of(pref, b.valid_from) == b
             assert t.as_of(pref, b.valid_from - timedelta(seconds=1)) == a
