@@ -86,6 +86,13 @@ def show(
     console.print(timeline_tree(persona, timeline))
 
 
+from pipeline.cli_dataset import export_app, inspect, prune  # noqa: E402
+
+app.add_typer(export_app, name="export")
+app.command()(inspect)
+app.command()(prune)
+
+
 def main() -> None:
     app()
 

@@ -1,17 +1,40 @@
-"""The only module that writes files: Parquet tables through explicit schemas, published atomically."""
+"""The only module that writes files: Parquet tables through explicit schemas, published atomically
+as immutable versions (``outputs/<dataset>/vNNNN`` + ``latest``), and read back as typed tables."""
 
 from __future__ import annotations
 
+import csv
+import fcntl
+import hashlib
+import json
 import os
-import shutil
+import re
 import secrets
+import shutil
+import subprocess
+from collections.abc import Iterable
+from contextlib import contextmanager
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import BaseModel
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
+from pipeline.assemble_contexts import context_messages
+from pipeline.card import render_card
+from pipeline.errors import UserError, first_validation_error
+from pipeline.validate import validate_tables
+from schemas.config import RunConfig
+from schemas.context import ChatMessage, Context, Placement
+from schemas.conversation import Session, SessionWithTurns, Turn
+from schemas.ids import digest
+from schemas.manifest import FileEntry, Manifest, PublishInfo, ValidationReport
+from schemas.persona import Persona
+from schemas.query import Query
 from schemas.tables import TABLES, from_table, to_table
+from schemas.timeline import Event, EventEdge, PreferenceVersion
 
 
 def write_table(directory: Path, name: str, rows: list[BaseModel]) -> pa.Table:
@@ -59,3 +82,316 @@ def write_tables(target: Path, tables: dict[str, list[BaseModel]]) -> dict[str, 
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return counts
+
+
+# -- versioned datasets -------------------------------------------------------------------------
+
+VERSION = re.compile(r"^v(\d{4,})$")
+LATEST = "latest"
+
+
+class PublishError(UserError):
+    """A dataset version cannot be published; nothing was published."""
+
+
+class DatasetNotFound(UserError):
+    """A path or name that holds no dataset version."""
+
+
+def stage_tables(root: Path, dataset: str, tables: dict[str, list[BaseModel]]) -> Path:
+    """Write every table into a fresh staging folder under ``root/dataset`` and return it."""
+    missing = sorted(set(TABLES) - set(tables))
+    if missing:
+        raise PublishError(f"{root / dataset}: tables missing from the publish: {', '.join(missing)}")
+    staging = make_staging(root / dataset, "publish")
+    try:
+        for name in TABLES:
+            write_table(staging, name, tables[name])
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return staging
+
+
+def read_staged(directory: Path) -> tuple[dict[str, list[BaseModel]], list[str]]:
+    """Read every table back, checking each file's schema; returns (tables, errors)."""
+    tables: dict[str, list[BaseModel]] = {}
+    errors: list[str] = []
+    for name, (schema, _) in TABLES.items():
+        path = directory / f"{name}.parquet"
+        try:
+            found = pq.read_schema(path)
+            if not found.equals(schema, check_metadata=False):
+                errors.append(f"{name}.parquet: schema differs from schemas/tables.py ({_schema_diff(found, schema)})")
+                continue
+            tables[name] = from_table(name, pq.read_table(path, schema=schema))
+        except (OSError, pa.ArrowException) as exc:
+            errors.append(f"{name}.parquet: unreadable ({str(exc).splitlines()[0]})")
+        except ValidationError as exc:
+            errors.append(first_validation_error(exc, f"{name}.parquet"))
+    return tables, errors
+
+
+def _schema_diff(found: pa.Schema, expected: pa.Schema) -> str:
+    for field in expected:
+        other = found.field(field.name) if field.name in found.names else None
+        if other is None or not other.equals(field):
+            return f"field {field.name}: expected {field.type}, found {other.type if other else 'nothing'}"
+    return f"unexpected fields {sorted(set(found.names) - set(expected.names))}"
+
+
+def validate_staged(directory: Path, config: RunConfig) -> tuple[dict[str, list[BaseModel]], ValidationReport]:
+    """Schemas, row models and every cross-table check of a staged folder."""
+    tables, errors = read_staged(directory)
+    if errors:
+        return tables, ValidationReport(ok=False, n_errors=len(errors), errors=errors, checks=["table schemas"])
+    period_order = [p.name for p in config.periods]
+    return tables, validate_tables(tables, period_order=period_order, tolerance=config.assembly.tolerance)
+
+
+def publish(
+    root: Path, tables: dict[str, list[BaseModel]], info: PublishInfo, *, keep: int | None = None
+) -> Path:
+    """Stage, validate, and atomically publish ``root/<dataset>/vNNNN``; returns its path.
+
+    A failed validation publishes nothing and raises :class:`PublishError` saying why.
+    """
+    staging = stage_tables(root, info.config.dataset, tables)
+    try:
+        return publish_staged(staging, info, keep=keep)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None) -> Path:
+    """Validate a staged folder, then (under the dataset's lock) number it, write its manifest and
+    card, rename it into place, move ``latest`` and apply retention."""
+    tables, report = validate_staged(staging, info.config)
+    if not report.ok:
+        raise PublishError(f"{staging.parent}: validation failed, nothing published: {report.n_errors} "
+                           f"error(s), first: {report.errors[0]}")
+    parent = staging.parent
+    with _locked(parent):
+        version = _next_version(parent)
+        manifest = _manifest(staging, info, version, tables, report)
+        (staging / "README.md").write_text(render_card(manifest, tables), encoding="utf-8")
+        manifest.files["README.md"] = _file_entry(staging / "README.md", None)
+        (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        target = parent / version
+        os.rename(staging, target)
+        _point_latest(parent)
+        if keep is not None:
+            prune(parent, keep, locked=True)
+    return target
+
+
+def _manifest(staging: Path, info: PublishInfo, version: str, tables: dict[str, list[BaseModel]],
+              report: ValidationReport) -> Manifest:
+    config = info.config.model_dump(mode="json")
+    return Manifest(
+        dataset=info.config.dataset,
+        version=version,
+        created_at=datetime.now(UTC).replace(microsecond=0),
+        code_version=info.code_version or code_version(),
+        seed=info.config.seed,
+        config=config,
+        config_fingerprint=info.config_fingerprint or digest(config, length=16),
+        template_fingerprints=info.template_fingerprints,
+        models=info.models,
+        counts={name: len(rows) for name, rows in tables.items()},
+        usage=info.usage,
+        validation=report.model_dump(),
+        failures=info.failures,
+        stats=info.stats | {"license": info.license},
+        files={f"{n}.parquet": _file_entry(staging / f"{n}.parquet", len(tables[n])) for n in TABLES},
+    )
+
+
+def _file_entry(path: Path, rows: int | None) -> FileEntry:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return FileEntry(rows=rows, bytes=path.stat().st_size, sha256=h.hexdigest())
+
+
+def code_version() -> str:
+    """``git describe`` of the checkout when there is one, else the installed package version."""
+    repo = Path(__file__).resolve().parents[1]
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty"], cwd=repo, capture_output=True,
+                             text=True, timeout=10, check=True)
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            return version("personagen")
+        except PackageNotFoundError:
+            return "unknown"
+
+
+@contextmanager
+def _locked(directory: Path):
+    """An exclusive advisory lock per dataset folder: numbering, ``latest`` and retention are serialized."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def versions(directory: Path) -> list[Path]:
+    """Complete versions (``vNNNN`` folders with a manifest), oldest first."""
+    found = [p for p in directory.iterdir() if VERSION.match(p.name) and (p / "manifest.json").is_file()] \
+        if directory.is_dir() else []
+    return sorted(found, key=lambda p: int(p.name[1:]))
+
+
+def _next_version(directory: Path) -> str:
+    taken = [int(m.group(1)) for p in directory.iterdir() if (m := VERSION.match(p.name))]
+    return f"v{max(taken, default=0) + 1:04d}"
+
+
+def _point_latest(directory: Path) -> None:
+    """Atomically repoint ``latest`` at the newest complete version (relative link)."""
+    newest = versions(directory)[-1].name
+    tmp = directory / f".latest-{secrets.token_hex(4)}"
+    os.symlink(newest, tmp)
+    os.replace(tmp, directory / LATEST)
+
+
+def prune(directory: Path, keep: int, *, locked: bool = False) -> list[str]:
+    """Remove complete versions older than the newest ``keep`` (never the one ``latest`` names)."""
+    if keep < 1:
+        raise PublishError(f"--keep {keep}: must keep at least one version")
+    if not locked:
+        with _locked(directory):
+            return prune(directory, keep, locked=True)
+    latest = os.readlink(directory / LATEST) if (directory / LATEST).is_symlink() else None
+    removed = []
+    for old in versions(directory)[:-keep]:
+        if old.name == latest:
+            continue
+        trash = directory / f".trash-{old.name}-{secrets.token_hex(4)}"
+        os.rename(old, trash)
+        shutil.rmtree(trash, ignore_errors=True)
+        removed.append(old.name)
+    return removed
+
+
+# -- readers ------------------------------------------------------------------------------------
+
+
+def resolve(path: Path | str, outputs: Path = Path("outputs")) -> Path:
+    """A version folder from a version path, a dataset folder (its ``latest``), or a dataset name."""
+    candidates = [Path(path)]
+    if not Path(path).is_absolute():
+        candidates.append(outputs / path)
+    for p in candidates:
+        if (p / "manifest.json").is_file():
+            return p.resolve()
+        if (p / LATEST / "manifest.json").is_file():
+            return (p / LATEST).resolve()
+    raise DatasetNotFound(f"{path}: no dataset version here (expected manifest.json or a '{LATEST}' link)")
+
+
+class Dataset(BaseModel):
+    """A loaded dataset version: typed rows per table, the manifest, and chat materialization."""
+
+    path: Path
+    manifest: Manifest
+    personas: list[Persona] = Field(default_factory=list)
+    preferences: list[PreferenceVersion] = Field(default_factory=list)
+    events: list[Event] = Field(default_factory=list)
+    event_edges: list[EventEdge] = Field(default_factory=list)
+    sessions: list[Session] = Field(default_factory=list)
+    turns: list[Turn] = Field(default_factory=list)
+    queries: list[Query] = Field(default_factory=list)
+    contexts: list[Context] = Field(default_factory=list)
+    placements: list[Placement] = Field(default_factory=list)
+    _index: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    def _lookup(self, name: str) -> dict:
+        if name not in self._index:
+            self._index["context"] = {c.context_id: c for c in self.contexts}
+            self._index["persona"] = {p.persona_id: p for p in self.personas}
+            self._index["session"] = _sessions_with_turns(self.sessions, self.turns)
+        return self._index[name]
+
+    def materialize_context(self, context_id: str, upto: int | None = None) -> list[ChatMessage]:
+        """The chat messages of ``context_id`` (the first ``upto`` of them when given)."""
+        return materialize_context(self, context_id, upto=upto)
+
+
+def _sessions_with_turns(sessions: list[Session], turns: list[Turn]) -> dict[str, SessionWithTurns]:
+    grouped: dict[str, list[Turn]] = {s.session_id: [] for s in sessions}
+    for turn in turns:
+        grouped[turn.session_id].append(turn)
+    return {
+        s.session_id: SessionWithTurns.model_construct(session=s, turns=sorted(grouped[s.session_id],
+                                                                                key=lambda t: t.turn_index))
+        for s in sessions
+    }
+
+
+def load(path: Path | str, tables: list[str] | None = None) -> Dataset:
+    """Load a dataset version (or a dataset folder's ``latest``) as typed tables; ``tables`` limits which."""
+    directory = resolve(path)
+    manifest = Manifest.model_validate_json((directory / "manifest.json").read_text(encoding="utf-8"))
+    names = tables or list(TABLES)
+    unknown = sorted(set(names) - set(TABLES))
+    if unknown:
+        raise DatasetNotFound(f"{directory}: unknown tables {', '.join(unknown)}")
+    rows = {name: read_table(directory, name) for name in names}
+    return Dataset(path=directory, manifest=manifest, **rows)
+
+
+def materialize_context(dataset: Dataset, context_id: str, upto: int | None = None) -> list[ChatMessage]:
+    """Rebuild a context's chat messages from its session references; ``upto`` = a placement's end_index."""
+    context = dataset._lookup("context").get(context_id)
+    if context is None:
+        raise DatasetNotFound(f"{dataset.path}/contexts.parquet: no context {context_id}")
+    persona = dataset._lookup("persona")[context.persona_id]
+    messages = context_messages(context, persona, dataset._lookup("session"))
+    return messages if upto is None else messages[:upto]
+
+
+# -- export files -------------------------------------------------------------------------------
+
+
+@contextmanager
+def _atomic_text(path: Path):
+    """A text handle on a temporary sibling that replaces ``path`` only when the block completes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    try:
+        with tmp.open("w", encoding="utf-8", newline="") as fh:
+            yield fh
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_csv(path: Path, header: list[str], rows: Iterable[dict[str, Any]]) -> int:
+    """Write a CSV (RFC 4180 quoting) atomically; returns the row count."""
+    n = 0
+    with _atomic_text(path) as fh:
+        writer = csv.DictWriter(fh, fieldnames=header)
+        writer.writeheader()
+        for row in rows:
+            writer.writerow(row)
+            n += 1
+    return n
+
+
+def write_jsonl(path: Path, records: Iterable[Any]) -> int:
+    """Write one JSON object per line atomically (UTF-8, no ASCII escaping); returns the line count."""
+    n = 0
+    with _atomic_text(path) as fh:
+        for record in records:
+            fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            n += 1
+    return n

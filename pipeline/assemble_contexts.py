@@ -1,0 +1,372 @@
+"""Stage 7, pure code: a persona's sessions plus shared filler, ordered into long histories at each budget.
+
+Token rule (see pipeline/budget.py, the one place it lives): a message costs
+``count_tokens(content) + MESSAGE_OVERHEAD``; a context costs the sum over exactly the messages a
+model receives: the profile system message(s) and every turn of every session. Sessions are
+counted once (``with_token_counts``) and every context reuses those numbers.
+
+Invariants: the persona's sessions appear in non-decreasing simulated time (so a topic's earlier
+period never follows a later one); filler sits only at session boundaries; every context ends
+within ``tolerance`` below its budget and never over; a query is placed only when all its
+evidence lies in the context strictly before the message where it is asked.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+
+from pydantic import BaseModel, Field
+
+from pipeline.budget import message_tokens, profile_text, with_token_counts
+from pipeline.errors import UserError
+from pipeline.rng import derive_rng
+from schemas.context import AssemblySettings, ChatMessage, Context, Ordering, Placement, ProfileMode
+from schemas.conversation import Session, SessionWithTurns, Turn
+from schemas.ids import stable_id
+from schemas.persona import Persona
+from schemas.query import Query
+
+STAGE = "assemble_contexts"
+
+
+class AssemblyError(UserError):
+    """A context cannot be built as configured (budget too small, filler pool too small)."""
+
+
+class FillerPool(BaseModel):
+    """The shared filler sessions (counted once), reused by every context."""
+
+    sessions: list[Session]
+
+    @classmethod
+    def from_sessions(cls, sessions: Iterable[Session]) -> FillerPool:
+        fillers = sorted((s for s in sessions if s.kind == "filler"), key=lambda s: s.session_id)
+        if any(s.n_tokens <= 0 for s in fillers):
+            raise AssemblyError("sessions.n_tokens: filler sessions must be counted before assembly")
+        return cls(sessions=fillers)
+
+    def by_id(self) -> dict[str, Session]:
+        return {s.session_id: s for s in self.sessions}
+
+
+class PersonaAssembly(BaseModel):
+    """One persona's contexts (one per budget), placements, and why queries were not placed."""
+
+    contexts: list[Context] = Field(default_factory=list)
+    placements: list[Placement] = Field(default_factory=list)
+    unplaced: dict[str, int] = Field(default_factory=dict)
+
+
+class Assembly(PersonaAssembly):
+    """Every persona's assembly, plus the sessions with their token counts filled in."""
+
+    sessions: list[SessionWithTurns] = Field(default_factory=list)
+
+
+class Layout(BaseModel):
+    """Where each session of a context starts, in messages and in tokens."""
+
+    session_ids: list[str]
+    msg_start: list[int] = Field(description="message index of each session's first turn")
+    tok_start: list[int] = Field(description="tokens before each session's first turn")
+    n_messages: int
+    n_tokens: int
+
+
+def count_sessions(sessions: Iterable[SessionWithTurns]) -> list[SessionWithTurns]:
+    """Fill missing token counts; a session already counted by the text stage is not recounted."""
+    return [with_token_counts(s) for s in sessions]
+
+
+def layout(
+    session_ids: list[str],
+    sessions: dict[str, Session],
+    *,
+    profile_tokens: int,
+    profile_mode: ProfileMode,
+) -> Layout:
+    """Message and token offsets of each session under the profile rule (once, or per persona session)."""
+    n_msg = 1 if profile_mode == "once" else 0
+    n_tok = profile_tokens if profile_mode == "once" else 0
+    msg_start, tok_start = [], []
+    for sid in session_ids:
+        session = sessions[sid]
+        if profile_mode == "per_session" and session.kind == "topic":
+            n_msg, n_tok = n_msg + 1, n_tok + profile_tokens
+        msg_start.append(n_msg)
+        tok_start.append(n_tok)
+        n_msg, n_tok = n_msg + session.n_turns, n_tok + session.n_tokens
+    return Layout(session_ids=session_ids, msg_start=msg_start, tok_start=tok_start, n_messages=n_msg, n_tokens=n_tok)
+
+
+def context_messages(context: Context, persona: Persona, sessions: dict[str, SessionWithTurns]) -> list[ChatMessage]:
+    """The chat messages a model receives for ``context``, in order (the same layout as :func:`layout`)."""
+    profile = ChatMessage(role="system", content=profile_text(persona))
+    messages = [profile] if context.profile_mode == "once" else []
+    for sid in context.session_ids:
+        swt = sessions[sid]
+        if context.profile_mode == "per_session" and swt.session.kind == "topic":
+            messages.append(profile)
+        messages.extend(ChatMessage(role=t.role, content=t.content) for t in swt.turns)
+    return messages
+
+
+def assemble_all(
+    personas: list[Persona],
+    sessions: list[SessionWithTurns],
+    queries: list[Query],
+    *,
+    settings: AssemblySettings,
+    run_seed: int,
+) -> Assembly:
+    """Count every session once, then assemble each persona's contexts against the shared filler pool."""
+    counted = count_sessions(sessions)
+    pool = FillerPool.from_sessions(s.session for s in counted)
+    by_persona: dict[str, list[SessionWithTurns]] = defaultdict(list)
+    for swt in counted:
+        if swt.session.kind == "topic" and swt.session.persona_id is not None:
+            by_persona[swt.session.persona_id].append(swt)
+    queries_of: dict[str, list[Query]] = defaultdict(list)
+    for q in queries:
+        queries_of[q.persona_id].append(q)
+    out = Assembly(sessions=counted)
+    unplaced: Counter[str] = Counter()
+    for persona in personas:
+        part = assemble_contexts(
+            persona, by_persona[persona.persona_id], queries_of[persona.persona_id],
+            pool=pool, settings=settings, run_seed=run_seed,
+        )
+        out.contexts.extend(part.contexts)
+        out.placements.extend(part.placements)
+        unplaced.update(part.unplaced)
+    out.unplaced = dict(sorted(unplaced.items()))
+    return out
+
+
+def assemble_contexts(
+    persona: Persona,
+    sessions: list[SessionWithTurns],
+    queries: list[Query],
+    *,
+    pool: FillerPool,
+    settings: AssemblySettings,
+    run_seed: int,
+) -> PersonaAssembly:
+    """One context per budget for ``persona``, with every query placed where its evidence precedes it."""
+    own = sorted((count_sessions(sessions)), key=lambda s: (s.session.time, s.session.session_id))
+    for swt in own:
+        if swt.session.persona_id != persona.persona_id or swt.session.kind != "topic":
+            raise AssemblyError(f"sessions: {swt.session.session_id} is not a topic session of {persona.persona_id}")
+    rng = derive_rng(run_seed, persona.persona_id, STAGE, "ordering")
+    ordering: Ordering = rng.choice(sorted(settings.orderings))
+    focal = _focal_topic(own, rng)
+    priority = _topic_priority(own, focal, rng)
+    profile_tokens = message_tokens(profile_text(persona))
+    result = PersonaAssembly()
+    unplaced: Counter[str] = Counter()
+    for budget in sorted(settings.budgets):
+        chosen = _choose_sessions(own, priority, budget, profile_tokens, settings, persona.persona_id)
+        context = _build_context(persona, chosen, focal, ordering, budget, profile_tokens, pool, settings, run_seed)
+        result.contexts.append(context)
+        placements = place_queries(context, {s.session.session_id: s for s in chosen}, queries, pool, profile_tokens)
+        result.placements.extend(placements.placements)
+        unplaced.update(placements.unplaced)
+    result.unplaced = dict(unplaced)
+    return result
+
+
+def _focal_topic(own: list[SessionWithTurns], rng: random.Random) -> str | None:
+    """A topic with at least two sessions (so a gap can sit inside it), chosen by seed."""
+    counts = Counter(s.session.topic for s in own)
+    multi = sorted(t for t, n in counts.items() if n >= 2)
+    candidates = multi or sorted(counts)
+    return rng.choice(candidates) if candidates else None
+
+
+def _topic_priority(own: list[SessionWithTurns], focal: str | None, rng: random.Random) -> list[str]:
+    """Topics in the order they are kept when the budget cannot hold them all: focal first, rest seeded."""
+    others = sorted({s.session.topic for s in own} - {focal})
+    rng.shuffle(others)
+    return ([focal] if focal else []) + others
+
+
+def _choose_sessions(
+    own: list[SessionWithTurns],
+    priority: list[str],
+    budget: int,
+    profile_tokens: int,
+    settings: AssemblySettings,
+    persona_id: str,
+) -> list[SessionWithTurns]:
+    """Whole topics, by priority, while the persona's own messages stay within ``max_persona_fraction``."""
+    cap = int(budget * settings.max_persona_fraction)
+    per_session = settings.profile == "per_session"
+    used = 0 if per_session else profile_tokens
+    kept: set[str] = set()
+    for topic in priority:
+        topic_sessions = [s for s in own if s.session.topic == topic]
+        cost = sum(s.session.n_tokens + (profile_tokens if per_session else 0) for s in topic_sessions)
+        if used + cost <= cap:
+            kept.add(topic)
+            used += cost
+    if priority and not kept:
+        raise AssemblyError(
+            f"assembly.budgets: {budget} tokens cannot hold any whole topic of persona {persona_id} "
+            f"(max_persona_fraction {settings.max_persona_fraction})"
+        )
+    return [s for s in own if s.session.topic in kept]
+
+
+def _build_context(
+    persona: Persona,
+    chosen: list[SessionWithTurns],
+    focal: str | None,
+    ordering: Ordering,
+    budget: int,
+    profile_tokens: int,
+    pool: FillerPool,
+    settings: AssemblySettings,
+    run_seed: int,
+) -> Context:
+    """Pick filler to fill the budget, then interleave it at session boundaries per the ordering mode."""
+    per_session = settings.profile == "per_session"
+    own_tokens = sum(s.session.n_tokens for s in chosen) + profile_tokens * (len(chosen) if per_session else 1)
+    rng = derive_rng(run_seed, persona.persona_id, STAGE, budget)
+    fillers = _pick_filler(pool, budget - own_tokens, rng)
+    filler_tokens = sum(n for _, n in fillers)
+    total = own_tokens + filler_tokens
+    if total < budget * (1 - settings.tolerance):
+        raise AssemblyError(
+            f"filler pool: {len(pool.sessions)} sessions ({sum(f.n_tokens for f in pool.sessions)} tokens) cannot fill the "
+            f"{budget}-token context of persona {persona.persona_id} (reached {total})"
+        )
+    slots = _filler_slots(chosen, focal, ordering, fillers, settings.gap_fraction, rng)
+    order: list[str] = []
+    for i, swt in enumerate([*chosen, None]):
+        order.extend(slots.get(i, []))
+        if swt is not None:
+            order.append(swt.session.session_id)
+    return Context(
+        context_id=stable_id("ctx", persona.persona_id, budget),
+        persona_id=persona.persona_id,
+        budget_tokens=budget,
+        ordering=ordering,
+        session_ids=order,
+        n_tokens=total,
+        filler_tokens=filler_tokens,
+        profile_mode=settings.profile,
+        focal_topic=focal,
+    )
+
+
+def _pick_filler(pool: FillerPool, room: int, rng: random.Random) -> list[tuple[str, int]]:
+    """First fit over the pool in seeded order: take every session that still fits in ``room``."""
+    order = list(pool.sessions)
+    rng.shuffle(order)
+    picked, used = [], 0
+    for s in order:
+        if used + s.n_tokens <= room:
+            picked.append((s.session_id, s.n_tokens))
+            used += s.n_tokens
+    return picked
+
+
+def _filler_slots(
+    chosen: list[SessionWithTurns],
+    focal: str | None,
+    ordering: Ordering,
+    fillers: list[tuple[str, int]],
+    gap_fraction: float,
+    rng: random.Random,
+) -> dict[int, list[str]]:
+    """Boundary index -> filler ids. The gap sits before the focal topic's final session (focal_gap)
+    or right after it (end_gap); the rest is spread over random boundaries."""
+    focal_positions = [i for i, s in enumerate(chosen) if s.session.topic == focal]
+    gap_at = (focal_positions[-1] + (ordering == "end_gap")) if focal_positions else len(chosen)
+    gap_room = gap_fraction * sum(n for _, n in fillers)
+    slots: dict[int, list[str]] = defaultdict(list)
+    in_gap = 0
+    for sid, n in fillers:
+        if in_gap < gap_room:
+            slots[gap_at].append(sid)
+            in_gap += n
+        else:
+            slots[rng.randrange(len(chosen) + 1)].append(sid)
+    return slots
+
+
+class Placed(BaseModel):
+    placements: list[Placement]
+    unplaced: dict[str, int]
+
+
+def place_queries(
+    context: Context,
+    own: dict[str, SessionWithTurns],
+    queries: list[Query],
+    pool: FillerPool,
+    profile_tokens: int,
+) -> Placed:
+    """Placements for the queries whose anchor and evidence are in ``context``, sorted by end index."""
+    sessions = pool.by_id() | {sid: s.session for sid, s in own.items()}
+    lay = layout(context.session_ids, sessions, profile_tokens=profile_tokens, profile_mode=context.profile_mode)
+    prefixes = {sid: turn_prefix(swt.turns) for sid, swt in own.items()}
+    placements, unplaced = [], Counter()
+    for query in queries:
+        placement = place_query(context, lay, prefixes, query)
+        if isinstance(placement, str):
+            unplaced[placement] += 1
+        else:
+            placements.append(placement)
+    placements.sort(key=lambda p: (p.end_index, p.query_id))
+    return Placed(placements=placements, unplaced=dict(unplaced))
+
+
+def place_query(context: Context, lay: Layout, prefixes: dict[str, list[int]], query: Query) -> Placement | str:
+    """The placement of ``query`` in ``context``, or the reason it cannot be placed there."""
+    position = {sid: i for i, sid in enumerate(lay.session_ids)}
+    if query.anchor_session_id is None:
+        end_index, end_tokens, end_session = lay.n_messages, lay.n_tokens, len(lay.session_ids)
+    else:
+        j = position.get(query.anchor_session_id)
+        if j is None or query.anchor_session_id not in prefixes:
+            return "anchor_not_in_context"
+        turns = prefixes[query.anchor_session_id]
+        if query.anchor_turn_index >= len(turns) - 1:
+            return "anchor_turn_missing"
+        end_index = lay.msg_start[j] + query.anchor_turn_index
+        end_tokens = lay.tok_start[j] + turns[query.anchor_turn_index]
+        end_session = j
+    if not query.evidence:
+        return "no_evidence"
+    nearest = None
+    for ev in query.evidence:
+        j = position.get(ev.session_id)
+        if j is None or ev.session_id not in prefixes or ev.turn_index >= len(prefixes[ev.session_id]) - 1:
+            return "evidence_not_in_context"
+        msg = lay.msg_start[j] + ev.turn_index
+        if msg >= end_index:
+            return "evidence_not_before_anchor"
+        if nearest is None or msg > nearest[0]:
+            nearest = (msg, j, lay.tok_start[j] + prefixes[ev.session_id][ev.turn_index],
+                       lay.tok_start[j] + prefixes[ev.session_id][ev.turn_index + 1])
+    _, ev_session, ev_start, ev_end = nearest
+    return Placement(
+        context_id=context.context_id,
+        query_id=query.query_id,
+        end_index=end_index,
+        context_tokens=end_tokens,
+        distance_tokens=end_tokens - ev_end,
+        distance_sessions=end_session - ev_session,
+        evidence_position=ev_start / lay.n_tokens if lay.n_tokens else 0.0,
+    )
+
+
+def turn_prefix(turns: list[Turn]) -> list[int]:
+    """Cumulative turn tokens with a leading 0: tokens before turn t is ``prefix[t]``."""
+    out = [0]
+    for turn in turns:
+        out.append(out[-1] + turn.n_tokens)
+    return out

@@ -1,0 +1,58 @@
+"""No-context baselines that expose leaky options: pick the longest option, or the one that shares
+the most content words with the question. A sound benchmark keeps both near chance (25%).
+
+Ties count fractionally (a tie between k options including the correct one scores 1/k), i.e. the
+expected accuracy of breaking ties at random.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+from schemas.query import Query
+
+STOPWORDS = frozenset(
+    "a an and are as at be been but by can could did do does for from had has have he her him his how i "
+    "if in into is it its just me my no not of on or our she so some than that the their them then there "
+    "these they this to too us was we were what when where which who why will with would you your".split()
+)
+_TOKEN = re.compile(r"[a-z0-9]+")
+
+
+def content_words(text: str) -> set[str]:
+    """Lowercase alphanumeric tokens minus stopwords."""
+    return {w for w in _TOKEN.findall(text.lower()) if w not in STOPWORDS}
+
+
+def _expected_hit(scores: Sequence[float], correct: int) -> float:
+    """1/k when the correct option is among the k options with the top score, else 0."""
+    best = max(scores)
+    winners = [i for i, s in enumerate(scores) if s == best]
+    return 1 / len(winners) if correct in winners else 0.0
+
+
+def _accuracy(queries: Sequence[Query], score: Callable[[Query], list[float]]) -> float:
+    if not queries:
+        return 0.0
+    return sum(_expected_hit(score(q), q.correct_index) for q in queries) / len(queries)
+
+
+def longest_option_accuracy(queries: Sequence[Query]) -> float:
+    """Accuracy of always answering with the longest option (in characters)."""
+    return _accuracy(queries, lambda q: [len(o.text) for o in q.options])
+
+
+def lexical_overlap_accuracy(queries: Sequence[Query]) -> float:
+    """Accuracy of answering with the option sharing the most content words with the question."""
+
+    def score(q: Query) -> list[float]:
+        words = content_words(q.question)
+        return [len(words & content_words(o.text)) for o in q.options]
+
+    return _accuracy(queries, score)
+
+
+def chance_accuracy(queries: Sequence[Query]) -> float:
+    """Expected accuracy of a uniform random guess."""
+    return sum(1 / len(q.options) for q in queries) / len(queries) if queries else 0.0

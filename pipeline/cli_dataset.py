@@ -1,0 +1,87 @@
+"""`personagen export personamem|jsonl`, `personagen inspect`, `personagen prune`: read published datasets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from pipeline.errors import UserError
+
+export_app = typer.Typer(help="Export a dataset version in formats other tools read unchanged.", no_args_is_help=True)
+console = Console()
+err_console = Console(stderr=True)
+
+DatasetArg = Annotated[str, typer.Argument(help="dataset name under --outputs, a dataset folder, or a version folder")]
+OutputsOpt = Annotated[Path, typer.Option("--outputs", help="folder holding the datasets")]
+
+
+def _fail(exc: Exception) -> typer.Exit:
+    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    return typer.Exit(2)
+
+
+@export_app.command("personamem")
+def export_personamem(
+    dataset: DatasetArg,
+    out: Annotated[Path, typer.Option("--out", help="folder for questions_<size>.csv and shared_contexts_<size>.jsonl")],
+    outputs: OutputsOpt = Path("outputs"),
+) -> None:
+    """Write PersonaMem's released format, one CSV + JSONL pair per budget."""
+    from pipeline.dataset import load, resolve
+    from pipeline.export import export_personamem as run
+
+    try:
+        files = run(load(resolve(dataset, outputs)), out)
+    except UserError as exc:
+        raise _fail(exc) from None
+    for f in files:
+        console.print(f"{f.path}  ({f.rows:,} rows)")
+
+
+@export_app.command("jsonl")
+def export_jsonl(
+    dataset: DatasetArg,
+    out: Annotated[Path, typer.Option("--out", help="the JSONL file to write")],
+    budget: Annotated[int | None, typer.Option(help="only contexts of this budget")] = None,
+    outputs: OutputsOpt = Path("outputs"),
+) -> None:
+    """One self-contained record per (query, context), with the history before the question."""
+    from pipeline.dataset import load, resolve
+    from pipeline.export import export_jsonl as run
+
+    try:
+        written = run(load(resolve(dataset, outputs)), out, budget=budget)
+    except UserError as exc:
+        raise _fail(exc) from None
+    console.print(f"{written.path}  ({written.rows:,} records)")
+
+
+def inspect(dataset: DatasetArg, outputs: OutputsOpt = Path("outputs")) -> None:
+    """Counts, budgets and token histograms of a dataset version."""
+    from pipeline.dataset import load, resolve
+    from pipeline.inspect_dataset import TABLES_NEEDED, render, summarize
+
+    try:
+        ds = load(resolve(dataset, outputs), tables=TABLES_NEEDED)
+    except UserError as exc:
+        raise _fail(exc) from None
+    console.print(render(summarize(ds)))
+
+
+def prune(
+    dataset: DatasetArg,
+    keep: Annotated[int, typer.Option("--keep", help="how many of the newest versions to keep")],
+    outputs: OutputsOpt = Path("outputs"),
+) -> None:
+    """Remove old complete versions, keeping the newest K (and whatever `latest` names)."""
+    from pipeline.dataset import prune as run
+    from pipeline.dataset import resolve
+
+    try:
+        removed = run(resolve(dataset, outputs).parent, keep)
+    except UserError as exc:
+        raise _fail(exc) from None
+    console.print(f"removed: {', '.join(removed) or 'nothing'}")

@@ -1,0 +1,156 @@
+"""Exports other tools read unchanged: PersonaMem's released CSV + JSONL, and self-contained JSONL.
+
+PersonaMem format (one pair of files per budget, ``<size>`` = 32k, 128k, 1M):
+``questions_<size>.csv`` with PersonaMem's columns, and ``shared_contexts_<size>.jsonl`` with one
+``{context_id: [messages]}`` object per line. A harness slices ``shared_context[:end_index]`` and
+asks the question after it. ``persona_id`` is the persona's row index (PersonaMem uses integers);
+``groundtruth_info`` is a JSON string with the correct option's grounding and evidence.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from itertools import accumulate
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from pipeline.dataset import Dataset, write_csv, write_jsonl
+from schemas.context import Context, Placement
+from schemas.query import Query
+
+QUESTION_COLUMNS = [
+    "persona_id", "question_id", "question_type", "topic", "context_length_in_tokens",
+    "context_length_in_letters", "distance_to_ref_in_blocks", "distance_to_ref_in_tokens",
+    "num_irrelevant_tokens", "distance_to_ref_proportion_in_context", "user_question_or_message",
+    "correct_answer", "all_options", "shared_context_id", "end_index_in_shared_context", "groundtruth_info",
+]
+
+
+class ExportedFile(BaseModel):
+    path: Path
+    rows: int
+
+
+def size_label(budget: int) -> str:
+    """32_000 -> '32k', 128_000 -> '128k', 1_000_000 -> '1M' (PersonaMem's file suffixes)."""
+    if budget >= 1_000_000:
+        return f"{budget / 1_000_000:g}M"
+    return f"{round(budget / 1000)}k"
+
+
+def letter(index: int) -> str:
+    """0 -> '(a)'."""
+    return f"({chr(ord('a') + index)})"
+
+
+def option_strings(query: Query) -> list[str]:
+    return [f"{letter(i)} {o.text}" for i, o in enumerate(query.options)]
+
+
+def export_personamem(ds: Dataset, out: Path) -> list[ExportedFile]:
+    """Write ``questions_<size>.csv`` and ``shared_contexts_<size>.jsonl`` for every budget."""
+    files = []
+    for budget in sorted({c.budget_tokens for c in ds.contexts}):
+        label = size_label(budget)
+        contexts = [c for c in ds.contexts if c.budget_tokens == budget]
+        shared = out / f"shared_contexts_{label}.jsonl"
+        rows = write_jsonl(shared, ({c.context_id: [m.model_dump() for m in ds.materialize_context(c.context_id)]}
+                                    for c in contexts))
+        files.append(ExportedFile(path=shared, rows=rows))
+        questions = out / f"questions_{label}.csv"
+        files.append(ExportedFile(path=questions, rows=write_csv(questions, QUESTION_COLUMNS,
+                                                                 personamem_rows(ds, contexts))))
+    return files
+
+
+def personamem_rows(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:
+    """One PersonaMem question row per placement in ``contexts`` (each context materialized once)."""
+    queries = {q.query_id: q for q in ds.queries}
+    persona_index = {p.persona_id: i for i, p in enumerate(ds.personas)}
+    filler = {s.session_id: s.n_tokens for s in ds.sessions if s.kind == "filler"}
+    by_context = _placements_by_context(ds)
+    for context in contexts:
+        messages = ds.materialize_context(context.context_id)
+        letters = list(accumulate((len(m.content) for m in messages), initial=0))
+        for p in by_context.get(context.context_id, []):
+            q = queries[p.query_id]
+            yield {
+                "persona_id": persona_index[q.persona_id],
+                "question_id": q.query_id,
+                "question_type": q.type,
+                "topic": q.topic,
+                "context_length_in_tokens": p.context_tokens,
+                "context_length_in_letters": letters[p.end_index],
+                "distance_to_ref_in_blocks": p.distance_sessions,
+                "distance_to_ref_in_tokens": p.distance_tokens,
+                "num_irrelevant_tokens": _filler_before(context, q.anchor_session_id, filler),
+                "distance_to_ref_proportion_in_context": f"{100 * p.distance_tokens / max(p.context_tokens, 1):.2f}%",
+                "user_question_or_message": q.question,
+                "correct_answer": letter(q.correct_index),
+                "all_options": str(option_strings(q)),
+                "shared_context_id": context.context_id,
+                "end_index_in_shared_context": p.end_index,
+                "groundtruth_info": json.dumps(_groundtruth(q)),
+            }
+
+
+def _placements_by_context(ds: Dataset) -> dict[str, list[Placement]]:
+    out: dict[str, list[Placement]] = defaultdict(list)
+    for p in ds.placements:
+        out[p.context_id].append(p)
+    return out
+
+
+def _filler_before(context: Context, anchor: str | None, filler: dict[str, int]) -> int:
+    """Filler tokens in the part of the context a model sees before the question."""
+    total = 0
+    for sid in context.session_ids:
+        if sid == anchor:
+            break
+        total += filler.get(sid, 0)
+    return total
+
+
+def _groundtruth(q: Query) -> dict:
+    return {
+        "correct_grounding": q.options[q.correct_index].grounding,
+        "evidence": [e.model_dump() for e in q.evidence],
+        "as_of": q.as_of.isoformat(),
+        "n_pref_updates": q.n_pref_updates,
+    }
+
+
+def export_jsonl(ds: Dataset, out: Path, budget: int | None = None) -> ExportedFile:
+    """One self-contained record per (query, context): the question, options, answer and its history."""
+    return ExportedFile(path=out, rows=write_jsonl(out, jsonl_records(ds, budget)))
+
+
+def jsonl_records(ds: Dataset, budget: int | None = None) -> Iterator[dict]:
+    """Records for :func:`export_jsonl`, context by context (each materialized once)."""
+    queries = {q.query_id: q for q in ds.queries}
+    by_context = _placements_by_context(ds)
+    for context in ds.contexts:
+        if budget is not None and context.budget_tokens != budget:
+            continue
+        messages = [m.model_dump() for m in ds.materialize_context(context.context_id)]
+        for p in by_context.get(context.context_id, []):
+            q = queries[p.query_id]
+            yield {
+                "query_id": q.query_id,
+                "persona_id": q.persona_id,
+                "context_id": context.context_id,
+                "budget_tokens": context.budget_tokens,
+                "type": q.type,
+                "topic": q.topic,
+                "question": q.question,
+                "options": [o.text for o in q.options],
+                "option_roles": [o.role for o in q.options],
+                "correct_index": q.correct_index,
+                "correct_answer": letter(q.correct_index),
+                "evidence": [e.model_dump() for e in q.evidence],
+                **p.model_dump(exclude={"context_id", "query_id"}),
+                "messages": messages[: p.end_index],
+            }
