@@ -1,0 +1,69 @@
+"""`personagen prompts list | render NAME | check`: inspect and lint the prompt templates."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pipeline.prompting import PromptEnv, PromptSpec, check_specs
+from pipeline.specs import ALL_SPECS
+
+prompts_app = typer.Typer(help="Inspect and lint the prompt templates (prompts/<stage>/<purpose>.jinja).",
+                          no_args_is_help=True)
+
+PromptsDir = Annotated[Path | None, typer.Option("--prompts-dir", help="templates folder (default: the repository's prompts/)")]
+
+
+def _env(prompts_dir: Path | None) -> PromptEnv:
+    return PromptEnv(prompts_dir) if prompts_dir else PromptEnv()
+
+
+def _spec(name: str) -> PromptSpec:
+    if name not in ALL_SPECS:
+        known = ", ".join(sorted(ALL_SPECS)) or "none"
+        raise typer.BadParameter(f"unknown prompt {name!r} (known: {known})")
+    return ALL_SPECS[name]
+
+
+@prompts_app.command("list")
+def list_prompts(prompts_dir: PromptsDir = None) -> None:
+    """One line per prompt: name, template, context -> output, fingerprint."""
+    env = _env(prompts_dir)
+    for name, spec in sorted(ALL_SPECS.items()):
+        fingerprint = env.fingerprint(spec.template)[:12]
+        typer.echo(f"{name}\t{spec.template}\t{spec.context.__name__} -> {spec.output.__name__}\t{fingerprint}")
+
+
+@prompts_app.command("render")
+def render(
+    name: Annotated[str, typer.Argument(help="prompt name, as `prompts list` shows it")],
+    context: Annotated[Path | None, typer.Option("--context", help="JSON file with the context model's fields")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="print the messages and the output schema as JSON")] = False,
+    prompts_dir: PromptsDir = None,
+) -> None:
+    """Show the exact messages that would be sent (the context model's first example by default)."""
+    spec = _spec(name)
+    values = spec.context.model_validate_json(context.read_text()) if context else spec.sample_context()
+    messages = _env(prompts_dir).render(spec, values)
+    if as_json:
+        payload = {"messages": [m.model_dump() for m in messages], "output_schema": spec.output.model_json_schema()}
+        typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+        return
+    for message in messages:
+        typer.echo(f"--- {message.role} ---\n{message.content}\n")
+    typer.echo(f"--- output schema: {spec.output.__name__} ---")
+    typer.echo(json.dumps(spec.output.model_json_schema(), indent=2))
+
+
+@prompts_app.command("check")
+def check(prompts_dir: PromptsDir = None) -> None:
+    """Lint every template against its context model; exit 1 with `file:line: message` lines."""
+    problems = check_specs(ALL_SPECS.values(), _env(prompts_dir))
+    for problem in problems:
+        typer.echo(str(problem), err=True)
+    if problems:
+        raise typer.Exit(code=1)
+    typer.echo(f"{len(ALL_SPECS)} prompt(s) OK")

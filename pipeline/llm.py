@@ -1,0 +1,267 @@
+"""The LLM gateway, the only module that talks to a model: render, cache, throttle, retry, re-ask, validate.
+
+    llm = LLM(settings)                 # backend from settings.llm / $LLM / auto
+    llm.preflight()                     # one-line ConfigError before any work
+    draft = llm.generate(SPEC, context, sample_index=0)   # or: await llm.agenerate(...)
+
+Every call runs on one background event loop per process (pipeline.llm_limits.Runtime), so the sync
+API works from any thread, Prefect task threads and threads that run their own loop included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import replace
+
+from pydantic import BaseModel, ValidationError
+
+from pipeline.llm_backends import Backend, BackendReply, BackendRequest, make_backend, resolve_backend_string
+from pipeline.llm_cache import CacheKey, CallRecord, LLMCache
+from pipeline.llm_errors import CacheMiss, CallFailed, ConfigError, LLMError, RateLimited, TransientError
+from pipeline.llm_limits import Runtime, Throttle
+from pipeline.prompting import PromptEnv, PromptSpec
+from pipeline.tokens import count_tokens
+from schemas.llm import LLMSettings, TokenCount, UsageSummary
+
+__all__ = ["LLM", "LLMError", "ConfigError", "CacheMiss", "CallFailed", "LLMSettings", "UsageSummary"]
+
+REASK = "Your previous reply was rejected: {problem}\nReply again with a corrected answer to the request above."
+
+
+class LLM:
+    """A gateway bound to one backend, one cache and one prompts folder; records usage per instance."""
+
+    def __init__(
+        self,
+        settings: LLMSettings | None = None,
+        *,
+        backend: Backend | None = None,
+        cache: LLMCache | None = None,
+        prompts: PromptEnv | None = None,
+        fingerprints: dict[str, str] | None = None,
+    ) -> None:
+        self.settings = settings or LLMSettings()
+        self.backend = backend or make_backend(resolve_backend_string(self.settings), self.settings)
+        self.cache = cache or LLMCache(self.settings.cache_path)
+        self.prompts = prompts or PromptEnv()
+        self.fingerprints = dict(fingerprints or {})
+        self._schemas: dict[type[BaseModel], dict] = {}
+        self.runtime = Runtime.get()
+        self._usage = UsageSummary()
+        self._usage_lock = threading.Lock()
+        self._jitter = random.Random()
+
+    @property
+    def name(self) -> str:
+        """`provider:model` of the backend."""
+        return f"{self.backend.provider}:{self.backend.model}"
+
+    def preflight(self) -> None:
+        """Raise one-line ConfigError if the backend cannot work (skipped in cache-only mode)."""
+        if not self.settings.cache_only:
+            self.backend.preflight()
+
+    def generate(self, spec: PromptSpec, context: BaseModel, *, sample_index: int = 0,
+                 stage: str | None = None) -> BaseModel:
+        """Blocking `agenerate`, usable from any thread."""
+        return self.runtime.run(self._generate(spec, context, sample_index, stage))
+
+    async def agenerate(self, spec: PromptSpec, context: BaseModel, *, sample_index: int = 0,
+                        stage: str | None = None) -> BaseModel:
+        """The validated output model for `context` rendered through `spec` (cached, retried)."""
+        return await self.runtime.run_async(self._generate(spec, context, sample_index, stage))
+
+    def generate_many(self, spec: PromptSpec, contexts: Sequence[BaseModel], *, sample_index: int = 0,
+                      stage: str | None = None) -> list[BaseModel]:
+        """Run many calls concurrently (within the limits); every call finishes before the first error is raised."""
+        return self.runtime.run(self._generate_many(spec, contexts, sample_index, stage))
+
+    def usage_summary(self) -> UsageSummary:
+        """A copy of this gateway's totals: overall, per stage, per model."""
+        with self._usage_lock:
+            return self._usage.model_copy(deep=True)
+
+    def fingerprint(self, spec: PromptSpec) -> str:
+        """The template fingerprint used in keys (pinned by `fingerprints=` or computed once)."""
+        if spec.template not in self.fingerprints:
+            self.fingerprints[spec.template] = self.prompts.fingerprint(spec.template)
+        return self.fingerprints[spec.template]
+
+    def cache_key(self, spec: PromptSpec, context: BaseModel, *, sample_index: int = 0) -> str:
+        """The cache key digest a call would use."""
+        return self._key(spec, self._messages(spec, context), sample_index).digest()
+
+    def close(self) -> None:
+        """Close the cache connection."""
+        self.cache.close()
+
+    async def _generate_many(self, spec, contexts, sample_index, stage) -> list[BaseModel]:
+        calls = [self._generate(spec, c, sample_index, stage) for c in contexts]
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+        return results
+
+    def _messages(self, spec: PromptSpec, context: BaseModel) -> list[dict[str, str]]:
+        return [m.model_dump() for m in self.prompts.render(spec, context)]
+
+    def _schema(self, output: type[BaseModel]) -> dict:
+        if output not in self._schemas:
+            self._schemas[output] = output.model_json_schema()
+        return self._schemas[output]
+
+    def _key(self, spec: PromptSpec, messages: list[dict[str, str]], sample_index: int) -> CacheKey:
+        s = self.settings
+        return CacheKey(
+            provider=self.backend.provider, model=self.backend.model, messages=messages,
+            output_schema=self._schema(spec.output), temperature=s.temperature, top_p=s.top_p,
+            max_tokens=s.max_tokens, seed=s.seed, sample_index=sample_index,
+            template_fingerprint=self.fingerprint(spec),
+        )
+
+    async def _generate(self, spec: PromptSpec, context: BaseModel, sample_index: int,
+                        stage: str | None) -> BaseModel:
+        stage = stage or spec.stage
+        messages = self._messages(spec, context)
+        key = self._key(spec, messages, sample_index)
+        digest = key.digest()
+        hit = self.cache.get(digest)
+        if hit is not None:
+            self._record(stage, TokenCount(calls=1, cache_hits=1))
+            return spec.output.model_validate_json(hit.output)
+        if self.settings.cache_only:
+            raise CacheMiss(f"cache-only: no cached response for {spec.name} (key {digest[:16]})")
+        request = BackendRequest(
+            messages=messages, output=spec.output, schema=key.output_schema, context=context,
+            temperature=key.temperature, top_p=key.top_p, max_tokens=key.max_tokens,
+            seed=key.seed + sample_index, timeout_s=self.settings.timeout_s, key=digest,
+        )
+        return await self._call(spec, request, stage)
+
+    async def _call(self, spec: PromptSpec, request: BackendRequest, stage: str) -> BaseModel:
+        """Ask, validate, re-ask with the error; store the outcome either way."""
+        count = TokenCount(calls=1)
+        started = time.monotonic()
+        reply, problem = None, "no reply"
+        try:
+            for ask in range(self.settings.reask + 1):
+                reply = await self._send(request, count)
+                output, problem = _validate(reply, spec.output)
+                if output is not None:
+                    self._store(spec, request, reply, output, count, started)
+                    self._record(stage, count)
+                    return output
+                if ask < self.settings.reask:
+                    count.reasks += 1
+                    request = _reasked(request, reply, problem, ask + 1)
+            raise CallFailed(f"{spec.name}: no valid output after {self.settings.reask + 1} asks: {problem}")
+        except LLMError as exc:
+            count.failures += 1
+            self._record(stage, count)
+            self._store_failure(spec, request, reply, exc, count, started)
+            raise
+
+    async def _send(self, request: BackendRequest, count: TokenCount) -> BackendReply:
+        """One answer from the backend, retrying transport failures with backoff and jitter."""
+        throttle = self._throttle()
+        estimate = count_tokens("\n".join(m["content"] for m in request.messages))
+        error: Exception | None = None
+        for retry in range(self.settings.max_retries + 1):
+            if retry:
+                count.retries += 1
+                await asyncio.sleep(self._delay(retry, error))
+            await throttle.ready(estimate)
+            attempt = _with_attempt(request, retry)
+            async with throttle.slots:
+                count.backend_calls += 1
+                try:
+                    reply = await asyncio.wait_for(self.backend.complete(attempt), self.settings.timeout_s)
+                except RateLimited as exc:
+                    throttle.pause(exc.retry_after_s if exc.retry_after_s is not None else self._delay(retry + 1, exc))
+                    error = exc
+                    continue
+                except (TransientError, TimeoutError) as exc:
+                    error = exc
+                    continue
+            count.input_tokens += reply.input_tokens
+            count.output_tokens += reply.output_tokens
+            throttle.charge(reply.input_tokens + reply.output_tokens - estimate)
+            return reply
+        raise CallFailed(f"transport failed after {self.settings.max_retries + 1} tries: {_describe(error)}")
+
+    def _delay(self, retry: int, error: Exception | None) -> float:
+        """Exponential backoff with jitter; a 429 already paused the backend, so it adds only jitter."""
+        if isinstance(error, RateLimited) and error.retry_after_s is not None:
+            return self._jitter.uniform(0, 0.01)
+        base = min(self.settings.backoff_max_s, self.settings.backoff_s * 2 ** (retry - 1))
+        return base * self._jitter.uniform(0.5, 1.0)
+
+    def _throttle(self) -> Throttle:
+        s = self.settings
+        identity = (self.backend.provider, self.backend.model, getattr(self.backend, "base_url", None))
+        return self.runtime.throttle(identity, s.max_concurrency, s.rpm, s.tpm)
+
+    def _cost(self, count: TokenCount) -> float:
+        price = self.settings.prices.get(self.backend.model) or self.settings.prices.get(self.name)
+        if price is None:
+            return 0.0
+        return (count.input_tokens * price.input_per_mtok + count.output_tokens * price.output_per_mtok) / 1e6
+
+    def _record(self, stage: str, count: TokenCount) -> None:
+        count.cost_usd = self._cost(count)
+        with self._usage_lock:
+            self._usage.record(stage, self.name, count)
+
+    def _store(self, spec, request, reply, output, count, started) -> None:
+        self.cache.put(CallRecord(
+            key=request.key, status="ok", spec=spec.name, provider=self.backend.provider,
+            model=self.backend.model, request=json.dumps(request.messages), raw=reply.text,
+            output=output.model_dump_json(), finish_reason=reply.finish_reason,
+            input_tokens=count.input_tokens, output_tokens=count.output_tokens,
+            latency_s=time.monotonic() - started, attempts=count.backend_calls,
+        ))
+
+    def _store_failure(self, spec, request, reply, error, count, started) -> None:
+        self.cache.put(CallRecord(
+            key=request.key, status="failed", spec=spec.name, provider=self.backend.provider,
+            model=self.backend.model, request=json.dumps(request.messages), raw=reply.text if reply else None,
+            finish_reason=reply.finish_reason if reply else None, input_tokens=count.input_tokens,
+            output_tokens=count.output_tokens, latency_s=time.monotonic() - started,
+            attempts=count.backend_calls, error=str(error),
+        ))
+
+
+def _validate(reply: BackendReply, output: type[BaseModel]) -> tuple[BaseModel | None, str]:
+    """The parsed output, or None and a one-paragraph reason to feed back."""
+    if reply.finish_reason in ("length", "content_filter"):
+        return None, f"the reply stopped early (finish_reason={reply.finish_reason}); answer more briefly"
+    try:
+        return output.model_validate_json(reply.text), ""
+    except ValidationError as exc:
+        details = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors()[:8])
+        return None, f"it did not match the required schema ({details})"
+
+
+def _reasked(request: BackendRequest, reply: BackendReply, problem: str, ask: int) -> BackendRequest:
+    """The request extended with the rejected reply and the reason, for the next ask."""
+    messages = [*request.messages, {"role": "assistant", "content": reply.text},
+                {"role": "user", "content": REASK.format(problem=problem)}]
+    return replace(request, messages=messages, attempt=100 * ask)
+
+
+def _with_attempt(request: BackendRequest, retry: int) -> BackendRequest:
+    """`attempt` numbers tries as 100 * re-ask + transport retry (seeds the fake backend's faults)."""
+    return replace(request, attempt=request.attempt - request.attempt % 100 + retry)
+
+
+def _describe(error: Exception | None) -> str:
+    """One line naming a transport error."""
+    if isinstance(error, TimeoutError):
+        return "timed out"
+    return str(error).splitlines()[0] if error and str(error) else type(error).__name__

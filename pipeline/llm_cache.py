@@ -1,0 +1,125 @@
+"""Content-addressed SQLite cache of LLM calls: one row per request key, committed per call."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+import threading
+import time
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+KEY_SCHEME = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS calls (
+    key TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    provider TEXT NOT NULL,
+    model TEXT NOT NULL,
+    request TEXT NOT NULL,
+    raw TEXT,
+    output TEXT,
+    finish_reason TEXT,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    latency_s REAL NOT NULL DEFAULT 0,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    created_at REAL NOT NULL
+)
+"""
+
+
+class CacheKey(BaseModel):
+    """Everything that affects a model's answer, and nothing operational."""
+
+    scheme: int = KEY_SCHEME
+    provider: str
+    model: str
+    messages: list[dict[str, str]]
+    output_schema: dict
+    temperature: float
+    top_p: float
+    max_tokens: int
+    seed: int
+    sample_index: int
+    template_fingerprint: str
+
+    def digest(self) -> str:
+        """sha256 of the canonical JSON of the key."""
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class CallRecord(BaseModel):
+    """One stored call: a success (raw + parsed output) or a failure (error)."""
+
+    key: str
+    status: Literal["ok", "failed"]
+    spec: str
+    provider: str
+    model: str
+    request: str
+    raw: str | None = None
+    output: str | None = None
+    finish_reason: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_s: float = 0.0
+    attempts: int = 0
+    error: str | None = None
+    created_at: float = 0.0
+
+
+class LLMCache:
+    """SQLite in WAL mode; safe across threads (one lock) and processes (busy_timeout)."""
+
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int = 30_000) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, check_same_thread=False,
+                                   isolation_level=None)
+        self._db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(_SCHEMA)
+
+    def get(self, key: str) -> CallRecord | None:
+        """The successful record for `key`, or None (failures are never hits)."""
+        with self._lock:
+            cursor = self._db.execute("SELECT * FROM calls WHERE key = ? AND status = 'ok'", (key,))
+            row = cursor.fetchone()
+            names = [d[0] for d in cursor.description]
+        return CallRecord(**dict(zip(names, row, strict=True))) if row else None
+
+    def put(self, record: CallRecord) -> None:
+        """Insert or replace one record and commit it at once."""
+        record = record.model_copy(update={"created_at": record.created_at or time.time()})
+        data = record.model_dump()
+        columns = ", ".join(data)
+        marks = ", ".join("?" for _ in data)
+        updates = ", ".join(f"{name} = excluded.{name}" for name in data if name != "key")
+        # A failure never overwrites a success another thread or process stored meanwhile.
+        sql = (f"INSERT INTO calls ({columns}) VALUES ({marks}) ON CONFLICT(key) DO UPDATE SET {updates} "
+               "WHERE calls.status != 'ok' OR excluded.status = 'ok'")
+        with self._lock:
+            self._db.execute(sql, tuple(data.values()))
+
+    def count(self, status: str | None = None) -> int:
+        """Number of stored records, optionally of one status."""
+        sql, args = "SELECT COUNT(*) FROM calls", ()
+        if status:
+            sql, args = sql + " WHERE status = ?", (status,)
+        with self._lock:
+            return self._db.execute(sql, args).fetchone()[0]
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._db.close()

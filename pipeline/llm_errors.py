@@ -1,0 +1,33 @@
+"""Exceptions of the LLM gateway; each str() is one line a user can act on."""
+
+from __future__ import annotations
+
+from pipeline.errors import UserError
+
+
+class LLMError(Exception):
+    """Base class of every gateway error."""
+
+
+class ConfigError(LLMError, UserError):
+    """The backend cannot work as configured (missing key, unreachable server, unknown model)."""
+
+
+class CacheMiss(LLMError, UserError):
+    """cache_only mode and the request is not cached."""
+
+
+class CallFailed(LLMError):
+    """A call exhausted its retries and re-asks; it is stored as a failure and retried next run."""
+
+
+class TransientError(LLMError):
+    """A transport failure worth retrying (5xx, timeout, dropped connection)."""
+
+
+class RateLimited(TransientError):
+    """HTTP 429: the backend pauses for `retry_after_s` before anyone sends again."""
+
+    def __init__(self, message: str, retry_after_s: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s

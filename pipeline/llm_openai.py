@@ -1,0 +1,129 @@
+"""The `openai:<model>` backend: LangChain's ChatOpenAI with a json_schema response format.
+
+Honours OPENAI_BASE_URL, so the same path serves OpenAI, vLLM, Ollama or a llama.cpp server.
+Retries are the gateway's job, so the OpenAI client is built with max_retries=0.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import cached_property
+
+import openai
+from langchain_core.messages import AIMessage
+from langchain_openai import ChatOpenAI
+
+from pipeline.llm_backends import BackendReply, BackendRequest
+from pipeline.llm_errors import CallFailed, ConfigError, RateLimited, TransientError
+from schemas.llm import LLMSettings
+
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+
+
+class OpenAIBackend:
+    """An OpenAI-compatible chat completions endpoint with structured output."""
+
+    provider = "openai"
+
+    def __init__(self, model: str, settings: LLMSettings) -> None:
+        self.model = model
+        self.settings = settings
+        self.base_url = (os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+
+    def _api_key(self) -> str:
+        key = os.environ.get("OPENAI_API_KEY")
+        if not key:
+            raise ConfigError(f"OPENAI_API_KEY is not set (needed for LLM=openai:{self.model}); "
+                              "set it, or use LLM=local for the embedded model")
+        return key
+
+    @cached_property
+    def chat(self) -> ChatOpenAI:
+        """The LangChain chat model; built on first use, on the gateway loop."""
+        s = self.settings
+        return ChatOpenAI(model=self.model, api_key=self._api_key(), base_url=self.base_url,
+                          timeout=s.timeout_s, max_retries=0, temperature=s.temperature, top_p=s.top_p,
+                          max_completion_tokens=s.max_tokens)
+
+    def preflight(self) -> None:
+        """Check the key, that the server answers, and that it serves the model."""
+        client = openai.OpenAI(api_key=self._api_key(), base_url=self.base_url, timeout=10, max_retries=0)
+        try:
+            served = [m.id for m in client.models.list()]
+        except openai.AuthenticationError as exc:
+            raise ConfigError(f"{self.base_url} rejected OPENAI_API_KEY (HTTP {exc.status_code})") from None
+        except openai.APIConnectionError as exc:
+            raise ConfigError(f"cannot reach OPENAI_BASE_URL {self.base_url}: {_reason(exc)}") from None
+        except openai.APIStatusError:
+            return  # some OpenAI-compatible servers do not list models; the first call will tell
+        finally:
+            client.close()
+        if served and self.model not in served:
+            shown = ", ".join(sorted(served)[:8])
+            raise ConfigError(f"model {self.model!r} is not served by {self.base_url} (it serves: {shown})")
+
+    async def complete(self, request: BackendRequest) -> BackendReply:
+        """One chat completion constrained by the output model's JSON schema."""
+        response_format = {"type": "json_schema", "json_schema": {
+            "name": request.output.__name__, "schema": request.schema, "strict": False}}
+        try:
+            message = await self.chat.ainvoke(request.messages, response_format=response_format,
+                                              seed=request.seed, temperature=request.temperature,
+                                              top_p=request.top_p, max_completion_tokens=request.max_tokens)
+        except openai.LengthFinishReasonError as exc:
+            return _reply_from_completion(exc.completion, "length")
+        except openai.ContentFilterFinishReasonError:
+            return BackendReply(text="", finish_reason="content_filter")
+        except openai.APIError as exc:
+            raise _map_error(exc) from None
+        return _reply(message)
+
+
+def _reply(message: AIMessage) -> BackendReply:
+    """Text, finish reason and usage of a LangChain AI message."""
+    usage = message.usage_metadata or {}
+    content = message.content if isinstance(message.content, str) else str(message.content)
+    return BackendReply(text=content, finish_reason=message.response_metadata.get("finish_reason") or "stop",
+                        input_tokens=usage.get("input_tokens", 0), output_tokens=usage.get("output_tokens", 0))
+
+
+def _reply_from_completion(completion, finish_reason: str) -> BackendReply:
+    """The partial reply carried by the SDK's LengthFinishReasonError."""
+    text = completion.choices[0].message.content or "" if completion.choices else ""
+    usage = completion.usage
+    return BackendReply(text=text, finish_reason=finish_reason,
+                        input_tokens=usage.prompt_tokens if usage else 0,
+                        output_tokens=usage.completion_tokens if usage else 0)
+
+
+def _map_error(exc: openai.APIError) -> Exception:
+    """The gateway error for an OpenAI SDK error."""
+    if isinstance(exc, openai.RateLimitError):
+        return RateLimited(f"429 from server: {exc.message}", retry_after_s=_retry_after(exc.response))
+    if isinstance(exc, openai.APITimeoutError):
+        return TransientError("request timed out")
+    if isinstance(exc, openai.APIConnectionError):
+        return TransientError(f"connection failed: {_reason(exc)}")
+    if isinstance(exc, openai.APIStatusError) and exc.status_code >= 500:
+        return TransientError(f"HTTP {exc.status_code} from server")
+    if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError | openai.NotFoundError):
+        return ConfigError(f"HTTP {exc.status_code}: {exc.message}")
+    return CallFailed(f"request rejected: {exc.message}")
+
+
+def _retry_after(response) -> float | None:
+    """Seconds from a Retry-After (or retry-after-ms) header, when present and numeric."""
+    headers = getattr(response, "headers", None) or {}
+    for name, scale in (("retry-after-ms", 1e-3), ("retry-after", 1.0)):
+        try:
+            return float(headers[name]) * scale
+        except (KeyError, ValueError):
+            continue
+    return None
+
+
+def _reason(exc: Exception) -> str:
+    """The innermost cause of a connection error, in one line."""
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -1,0 +1,256 @@
+"""Prompt templates: one sandboxed, strict Jinja environment, rendering to chat messages, fingerprints.
+
+Convention: a template `prompts/<stage>/<purpose>.jinja` defines exactly two blocks,
+`{% block system %}` and `{% block user %}`, each rendered separately into one chat message;
+nothing outside the blocks may produce text. Shared fragments come in by `{% include %}` or
+`{% import %}` (macros). The context model's fields are the template's variables; their values are
+data (persona text with `{{ }}` in it stays literal) and are never themselves rendered.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+import jinja2
+from jinja2 import meta, nodes
+from jinja2.sandbox import SandboxedEnvironment
+from pydantic import BaseModel
+
+BLOCKS = ("system", "user")
+
+
+class ChatMessage(BaseModel):
+    """One chat message sent to a model."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """The contract of one prompt: template file, context model (its variables), output model."""
+
+    name: str
+    template: str
+    context: type[BaseModel]
+    output: type[BaseModel]
+
+    @property
+    def stage(self) -> str:
+        """The stage folder of the template (`narrate_events` for `narrate_events/reason.jinja`)."""
+        return self.template.split("/", 1)[0]
+
+    def sample_context(self) -> BaseModel:
+        """The first `examples` entry of the context model's `json_schema_extra`, validated."""
+        extra = self.context.model_config.get("json_schema_extra") or {}
+        examples = extra.get("examples") if isinstance(extra, dict) else None
+        if not examples:
+            raise ValueError(f"{self.context.__name__} has no json_schema_extra examples to use as a sample")
+        return self.context.model_validate(examples[0])
+
+
+def default_prompts_dir() -> Path:
+    """The repository's `prompts/` folder (next to the `pipeline` package)."""
+    return Path(__file__).resolve().parents[1] / "prompts"
+
+
+@dataclass
+class PromptEnv:
+    """The one Jinja environment over a prompts folder; also computes fingerprints."""
+
+    root: Path = field(default_factory=default_prompts_dir)
+
+    @cached_property
+    def jinja(self) -> SandboxedEnvironment:
+        """Sandboxed, strict, whitespace-trimming, no autoescape (the output is plain text)."""
+        return SandboxedEnvironment(
+            loader=jinja2.FileSystemLoader(str(self.root)),
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=False,
+            autoescape=False,
+        )
+
+    def source(self, name: str) -> str:
+        """The raw source text of template `name`."""
+        return self.jinja.loader.get_source(self.jinja, name)[0]
+
+    def referenced(self, name: str) -> list[str]:
+        """`name` plus every template it includes, extends or imports, recursively, sorted."""
+        seen: set[str] = set()
+        stack = [name]
+        while stack:
+            current = stack.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            ast = self.jinja.parse(self.source(current))
+            stack.extend(ref for ref in meta.find_referenced_templates(ast) if ref is not None)
+        return sorted(seen)
+
+    def fingerprint(self, name: str) -> str:
+        """sha256 over the sources of the template and everything it references."""
+        digest = hashlib.sha256()
+        for ref in self.referenced(name):
+            digest.update(ref.encode() + b"\0" + self.source(ref).encode() + b"\0")
+        return digest.hexdigest()
+
+    def render(self, spec: PromptSpec, context: BaseModel) -> list[ChatMessage]:
+        """Render the spec's template with `context` into [system, user] messages."""
+        if not isinstance(context, spec.context):
+            raise TypeError(f"{spec.name} expects {spec.context.__name__}, got {type(context).__name__}")
+        template = self.jinja.get_template(spec.template)
+        variables = {name: getattr(context, name) for name in type(context).model_fields}
+        missing = [block for block in BLOCKS if block not in template.blocks]
+        if missing:
+            raise ValueError(f"{spec.template} lacks {{% block {missing[0]} %}}")
+        return [
+            ChatMessage(role=block, content=_render_block(template, block, variables).strip())
+            for block in BLOCKS
+        ]
+
+    def template_names(self) -> list[str]:
+        """Every `*.jinja` file under the root, as loader names."""
+        return sorted(p.relative_to(self.root).as_posix() for p in self.root.rglob("*.jinja"))
+
+
+def _render_block(template: jinja2.Template, block: str, variables: dict) -> str:
+    """Render one named block of `template` on its own."""
+    context = template.new_context(variables)
+    return "".join(template.blocks[block](context))
+
+
+def included(env: PromptEnv, name: str) -> Iterator[tuple[str, jinja2.nodes.Template]]:
+    """Parsed ASTs of `name` and of the templates it includes (which share its variables)."""
+    seen: set[str] = set()
+    stack = [name]
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        ast = env.jinja.parse(env.source(current), name=current, filename=current)
+        yield current, ast
+        for node in ast.find_all(nodes.Include):
+            if isinstance(node.template, nodes.Const) and isinstance(node.template.value, str):
+                stack.append(node.template.value)
+
+
+class PromptProblem(BaseModel):
+    """One lint finding, printed as `file:line: message`."""
+
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}"
+
+
+_FORMAT_PROSE = re.compile(r"\bjson\b", re.IGNORECASE)
+
+
+def check_specs(specs: Iterable[PromptSpec], env: PromptEnv | None = None) -> list[PromptProblem]:
+    """Lint every spec's template against its context model, and flag templates no spec uses."""
+    env = env or PromptEnv()
+    specs = list(specs)
+    problems: list[PromptProblem] = []
+    used: set[str] = set()
+    for spec in specs:
+        spec_problems, refs = _check_spec(spec, env)
+        problems.extend(spec_problems)
+        used.update(refs)
+    for name in env.template_names():
+        if name not in used and not Path(name).name.startswith("_"):
+            problems.append(_problem(env, name, 1, "no PromptSpec in pipeline/specs.py uses this template"))
+    return problems
+
+
+def _problem(env: PromptEnv, name: str, line: int, message: str) -> PromptProblem:
+    """A problem located in template `name` of `env`."""
+    path = env.root / name
+    try:
+        shown = path.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        shown = path.as_posix()
+    return PromptProblem(file=shown, line=line, message=message)
+
+
+def _check_spec(spec: PromptSpec, env: PromptEnv) -> tuple[list[PromptProblem], list[str]]:
+    """Problems of one spec, and the template names it references."""
+    try:
+        refs = env.referenced(spec.template)
+        asts = dict(included(env, spec.template))
+    except jinja2.TemplateNotFound as exc:
+        return [_problem(env, spec.template, 1, f"{spec.name}: template not found: {exc.name}")], []
+    except jinja2.TemplateSyntaxError as exc:
+        return [_problem(env, exc.name or spec.template, exc.lineno, f"syntax error: {exc.message}")], [spec.template]
+    problems = _check_structure(env, spec.template, asts[spec.template])
+    problems += _check_variables(spec, env, asts)
+    problems += _check_prose(env, refs)
+    if not problems:
+        problems += _check_sample(spec, env)
+    return problems, refs
+
+
+def _check_structure(env: PromptEnv, name: str, ast: nodes.Template) -> list[PromptProblem]:
+    """Both blocks present, no `extends`, and no text outside the blocks."""
+    problems = []
+    blocks = {block.name for block in ast.find_all(nodes.Block)}
+    for missing in (b for b in BLOCKS if b not in blocks):
+        problems.append(_problem(env, name, 1, f"missing {{% block {missing} %}}"))
+    for node in ast.body:
+        if isinstance(node, nodes.Extends):
+            problems.append(_problem(env, name, node.lineno, "{% extends %} is not supported; use include/import"))
+        elif isinstance(node, nodes.Output) and not _is_blank(node):
+            problems.append(_problem(env, name, node.lineno, "text outside {% block system %}/{% block user %}"))
+    return problems
+
+
+def _is_blank(node: nodes.Output) -> bool:
+    """True when an output node only holds whitespace."""
+    return all(isinstance(n, nodes.TemplateData) and not n.data.strip() for n in node.nodes)
+
+
+def _check_variables(spec: PromptSpec, env: PromptEnv, asts: dict[str, nodes.Template]) -> list[PromptProblem]:
+    """Variables used but not in the context model, and context fields never used."""
+    fields = set(spec.context.model_fields)
+    known = set(env.jinja.globals)
+    problems, used = [], set()
+    for name, ast in asts.items():
+        undeclared = meta.find_undeclared_variables(ast) - known
+        used |= undeclared
+        for var in sorted(undeclared - fields):
+            line = next((n.lineno for n in ast.find_all(nodes.Name) if n.name == var), 1)
+            problems.append(_problem(env, name, line, f"'{var}' is not a field of {spec.context.__name__}"))
+    for var in sorted(fields - used):
+        problems.append(_problem(env, spec.template, 1, f"field '{var}' of {spec.context.__name__} is never used"))
+    return problems
+
+
+def _check_prose(env: PromptEnv, refs: list[str]) -> list[PromptProblem]:
+    """Output-format prose belongs in the output model, not in templates."""
+    problems = []
+    for name in refs:
+        for number, text in enumerate(env.source(name).splitlines(), start=1):
+            if _FORMAT_PROSE.search(text):
+                message = "output-format prose: the output model is sent as the schema; use Field(description=...)"
+                problems.append(_problem(env, name, number, message))
+    return problems
+
+
+def _check_sample(spec: PromptSpec, env: PromptEnv) -> list[PromptProblem]:
+    """The context model's sample validates and renders."""
+    try:
+        env.render(spec, spec.sample_context())
+    except (ValueError, TypeError, jinja2.TemplateError) as exc:
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return [_problem(env, spec.template, 1, f"sample context does not render: {first_line}")]
+    return []

@@ -1,0 +1,39 @@
+"""Registry of every PromptSpec; stages add theirs here so `personagen prompts check` lints them all."""
+
+from __future__ import annotations
+
+from pipeline.prompting import PromptSpec
+from schemas.drafts import (
+    BeatContext,
+    ExchangeDraft,
+    FillerContext,
+    InventoryContext,
+    NarrationContext,
+    ProfileContext,
+    ProfileDraft,
+    SmallTalkContext,
+    inventory_draft,
+    narration_draft,
+    small_talk_draft,
+)
+from schemas.llm import PingContext, PingReply
+
+PING = PromptSpec(name="gateway.ping", template="gateway/ping.jinja", context=PingContext, output=PingReply)
+# Stages whose output size is set per call replace `output` with the sized model (dataclasses.replace);
+# the registry holds a representative size so `prompts render/check` can show and lint them.
+PROFILE = PromptSpec(name="expand_persona.profile", template="expand_persona/profile.jinja",
+                     context=ProfileContext, output=ProfileDraft)
+INVENTORY = PromptSpec(name="expand_persona.inventory", template="expand_persona/inventory.jinja",
+                       context=InventoryContext, output=inventory_draft(12))
+NARRATION = PromptSpec(name="narrate_events.narrative", template="narrate_events/narrative.jinja",
+                       context=NarrationContext, output=narration_draft(1))
+BEAT = PromptSpec(name="write_sessions.beat", template="write_sessions/beat.jinja", context=BeatContext,
+                  output=ExchangeDraft)
+SMALL_TALK = PromptSpec(name="write_sessions.small_talk", template="write_sessions/small_talk.jinja",
+                        context=SmallTalkContext, output=small_talk_draft(2))
+FILLER = PromptSpec(name="filler.session", template="filler/session.jinja", context=FillerContext,
+                    output=small_talk_draft(4))
+
+ALL_SPECS: dict[str, PromptSpec] = {
+    spec.name: spec for spec in (PING, PROFILE, INVENTORY, NARRATION, BEAT, SMALL_TALK, FILLER)
+}

@@ -1,0 +1,182 @@
+"""The gateway over the fake backend: caching, re-asks, retries, limits, accounting, sync/async use."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from pipeline.llm import LLM, CacheMiss, CallFailed, ConfigError
+from pipeline.llm_backends import make_backend, resolve_backend_string
+from pipeline.llm_limits import Bucket
+from schemas.llm import LLMSettings, Price
+from tests.support.llm_helpers import SPEC, TopicContext, TopicNote, fake_llm, settings
+
+ADA = TopicContext(name="Ada", topic="tea")
+
+
+def test_generate_returns_validated_output_and_caches(tmp_path):
+    llm, backend = fake_llm(tmp_path)
+    first = llm.generate(SPEC, ADA)
+    assert isinstance(first, TopicNote)
+    assert llm.generate(SPEC, ADA) == first
+    assert backend.calls == 1
+    total = llm.usage_summary().total
+    assert (total.calls, total.cache_hits, total.backend_calls) == (2, 1, 1)
+
+
+def test_cache_survives_a_new_gateway(tmp_path):
+    llm, _ = fake_llm(tmp_path)
+    first = llm.generate(SPEC, ADA)
+    again, backend = fake_llm(tmp_path)
+    assert again.generate(SPEC, ADA) == first and backend.calls == 0
+
+
+def test_malformed_json_is_reasked_with_the_error(tmp_path):
+    llm, backend = fake_llm(tmp_path, "malformed_json=@0")
+    assert isinstance(llm.generate(SPEC, ADA), TopicNote)
+    assert backend.calls == 2
+    reask = backend.requests[1].messages
+    assert [m["role"] for m in reask] == ["system", "user", "assistant", "user"]
+    assert "did not match the required schema" in reask[-1]["content"]
+    assert llm.usage_summary().total.reasks == 1
+
+
+def test_schema_violation_and_truncation_are_reasked(tmp_path):
+    llm, backend = fake_llm(tmp_path, "schema_violation=@0&truncation=@1")
+    assert isinstance(llm.generate(SPEC, ADA), TopicNote)
+    assert backend.calls == 3
+    assert "finish_reason=length" in backend.requests[2].messages[-1]["content"]
+
+
+def test_exhausted_reasks_fail_are_stored_and_retried_next_run(tmp_path):
+    llm, backend = fake_llm(tmp_path, "schema_violation=1", reask=2)
+    with pytest.raises(CallFailed, match="no valid output after 3 asks"):
+        llm.generate(SPEC, ADA)
+    assert backend.calls == 3
+    assert llm.cache.count("failed") == 1 and llm.usage_summary().total.failures == 1
+    rerun, backend = fake_llm(tmp_path)
+    assert isinstance(rerun.generate(SPEC, ADA), TopicNote)
+    assert backend.calls == 1 and rerun.cache.count("failed") == 0
+
+
+def test_rate_limit_pauses_then_retries(tmp_path):
+    llm, backend = fake_llm(tmp_path, "rate_limit=@0")
+    backend.plan.faults[0].retry_after_s = 0.3
+    started = time.monotonic()
+    llm.generate(SPEC, ADA)
+    assert time.monotonic() - started >= 0.3
+    assert backend.calls == 2 and llm.usage_summary().total.retries == 1
+
+
+def test_timeouts_and_server_errors_are_retried(tmp_path):
+    llm, backend = fake_llm(tmp_path, "timeout=@0&server_error=@1", timeout_s=0.1)
+    llm.generate(SPEC, ADA)
+    assert backend.calls == 3 and llm.usage_summary().total.retries == 2
+
+
+def test_transport_retries_are_bounded(tmp_path):
+    llm, backend = fake_llm(tmp_path, "server_error=1", max_retries=2)
+    with pytest.raises(CallFailed, match="transport failed after 3 tries"):
+        llm.generate(SPEC, ADA)
+    assert backend.calls == 3
+
+
+def test_cache_only_fails_on_a_miss_and_serves_hits(tmp_path):
+    llm, _ = fake_llm(tmp_path)
+    llm.generate(SPEC, ADA)
+    cached, backend = fake_llm(tmp_path, cache_only=True)
+    assert isinstance(cached.generate(SPEC, ADA), TopicNote)
+    with pytest.raises(CacheMiss, match="cache-only: no cached response for test.topic"):
+        cached.generate(SPEC, TopicContext(name="Bob", topic="tea"))
+    assert backend.calls == 0
+
+
+def test_usage_per_stage_and_model_with_prices(tmp_path):
+    llm, _ = fake_llm(tmp_path, prices={"fake": Price(input_per_mtok=1_000_000, output_per_mtok=2_000_000)})
+    llm.generate(SPEC, ADA)
+    llm.generate(SPEC, TopicContext(name="Bob", topic="tea"), stage="custom")
+    usage = llm.usage_summary()
+    assert set(usage.by_stage) == {"test", "custom"} and set(usage.by_model) == {"fake:fake"}
+    total = usage.total
+    assert total.input_tokens > 0 and total.output_tokens > 0
+    assert total.cost_usd == pytest.approx(total.input_tokens + 2 * total.output_tokens)
+
+
+def test_generate_many_respects_the_concurrency_limit(tmp_path):
+    llm, backend = fake_llm(tmp_path, "latency_s=0.05", max_concurrency=3)
+    contexts = [TopicContext(name=f"p{i}", topic="tea") for i in range(12)]
+    results = llm.generate_many(SPEC, contexts)
+    assert len(results) == 12 and backend.calls == 12
+    assert backend.max_in_flight == 3
+
+
+def test_generate_from_many_threads_and_inside_running_loops(tmp_path):
+    llm, backend = fake_llm(tmp_path, "latency_s=0.01")
+    results = {}
+
+    def worker(i: int) -> None:
+        async def inside_loop():
+            sync = llm.generate(SPEC, TopicContext(name=f"s{i}", topic="tea"))
+            awaited = await llm.agenerate(SPEC, TopicContext(name=f"a{i}", topic="tea"))
+            return sync, awaited
+
+        results[i] = asyncio.run(inside_loop())
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 8 and backend.calls == 16
+
+
+def test_sample_index_changes_the_answer_seed(tmp_path):
+    llm, backend = fake_llm(tmp_path)
+    llm.generate(SPEC, ADA, sample_index=0)
+    llm.generate(SPEC, ADA, sample_index=1)
+    assert backend.calls == 2
+    assert [r.seed for r in backend.requests] == [0, 1]
+
+
+def test_bucket_waits_once_the_budget_is_spent():
+    async def spend() -> float:
+        bucket = Bucket(per_minute=600)
+        await bucket.take(600)
+        started = time.monotonic()
+        await bucket.take(3)
+        return time.monotonic() - started
+
+    assert 0.25 <= asyncio.run(spend()) < 1.0
+
+
+def test_rpm_budget_throttles_requests(tmp_path):
+    llm, backend = fake_llm(tmp_path, rpm=600)
+    started = time.monotonic()
+    llm.generate_many(SPEC, [TopicContext(name=f"p{i}", topic="tea") for i in range(603)])
+    assert time.monotonic() - started >= 0.25
+
+
+def test_backend_string_resolution(monkeypatch):
+    monkeypatch.delenv("LLM", raising=False)
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    assert resolve_backend_string(LLMSettings()) == "local"
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert resolve_backend_string(LLMSettings()) == "openai:gpt-4o-mini"
+    monkeypatch.setenv("LLM", "fake")
+    assert resolve_backend_string(LLMSettings()) == "fake"
+    assert resolve_backend_string(LLMSettings(llm="openai:x")) == "openai:x"
+
+
+@pytest.mark.parametrize("spec", ["gemini:pro", "openai", "fakeish", "bogus"])
+def test_unknown_backend_is_one_line_config_error(spec, tmp_path):
+    with pytest.raises(ConfigError) as info:
+        LLM(settings(tmp_path, llm=spec))
+    assert "\n" not in str(info.value) and spec in str(info.value)
+
+
+def test_fake_string_builds_a_fault_plan():
+    backend = make_backend("fake?rate_limit=@1", LLMSettings())
+    assert backend.plan.faults[0].calls == [1]
