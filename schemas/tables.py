@@ -14,7 +14,8 @@ from schemas.timeline import Event, EventEdge, PreferenceVersion
 TS = pa.timestamp("us")
 STR = pa.string()
 STR_LIST = pa.list_(STR)
-STR_MAP = pa.map_(STR, STR)
+# dict[str, str] columns: a list of key/value structs, not an Arrow map (Hugging Face datasets cannot read maps).
+STR_MAP = pa.list_(pa.struct([("key", STR), ("value", STR)]))
 
 STYLE = pa.struct(
     [
@@ -169,7 +170,12 @@ def to_table(name: str, rows: list[BaseModel]) -> pa.Table:
     for row in rows:
         if not isinstance(row, model):
             raise TypeError(f"table {name}: expected {model.__name__}, got {type(row).__name__}")
-    return pa.Table.from_pylist([r.model_dump(mode="python") for r in rows], schema=schema)
+    maps = [f.name for f in schema if f.type == STR_MAP]
+    dumped = [r.model_dump(mode="python") for r in rows]
+    for row in dumped:
+        for key in maps:
+            row[key] = [{"key": k, "value": v} for k, v in sorted(row[key].items())]
+    return pa.Table.from_pylist(dumped, schema=schema)
 
 
 def from_table(name: str, table: pa.Table) -> list[BaseModel]:
@@ -179,5 +185,5 @@ def from_table(name: str, table: pa.Table) -> list[BaseModel]:
     for row in rows:
         for key, value in row.items():
             if table.schema.field(key).type == STR_MAP and isinstance(value, list):
-                row[key] = dict(value)
+                row[key] = {kv["key"]: kv["value"] for kv in value}
     return [model.model_validate(r) for r in rows]
