@@ -29,6 +29,7 @@ from schemas.persona import Persona
 from schemas.query import Query
 
 STAGE = "assemble_contexts"
+FINISH_TOKENS = 6000  # the last stretch of a budget is filled exactly by subset sum
 
 
 class AssemblyError(UserError):
@@ -262,15 +263,34 @@ def _build_context(
 
 
 def _pick_filler(pool: FillerPool, room: int, rng: random.Random) -> list[tuple[str, int]]:
-    """First fit over the pool in seeded order: take every session that still fits in ``room``."""
+    """Filler whose tokens sum as close to ``room`` as the pool allows, never over: a seeded first-fit
+    pass up to ``FINISH_TOKENS`` short of the room, then an exact subset sum for the rest."""
     order = list(pool.sessions)
     rng.shuffle(order)
-    picked, used = [], 0
+    picked, rest, used = [], [], 0
     for s in order:
-        if used + s.n_tokens <= room:
-            picked.append((s.session_id, s.n_tokens))
+        if used + s.n_tokens <= room - FINISH_TOKENS:
+            picked.append(s)
             used += s.n_tokens
-    return picked
+        else:
+            rest.append(s)
+    picked += _subset_sum([s for s in rest if s.n_tokens <= room - used], room - used)
+    return [(s.session_id, s.n_tokens) for s in picked]
+
+
+def _subset_sum(candidates: list[Session], target: int) -> list[Session]:
+    """The candidates whose token sum is the largest reachable value <= ``target`` (bitset dynamic programming)."""
+    mask = (1 << (target + 1)) - 1
+    states = [1]
+    for s in candidates:
+        states.append((states[-1] | (states[-1] << s.n_tokens)) & mask)
+    best = states[-1].bit_length() - 1
+    chosen = []
+    for i in range(len(candidates), 0, -1):
+        if not (states[i - 1] >> best) & 1:
+            chosen.append(candidates[i - 1])
+            best -= candidates[i - 1].n_tokens
+    return chosen[::-1]
 
 
 def _filler_slots(

@@ -1,0 +1,141 @@
+"""Assembly: budgets filled within tolerance, causal order, placements before their evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline import budget as budget_module
+from pipeline.assemble_contexts import AssemblyError, assemble_all, context_messages
+from pipeline.budget import MESSAGE_OVERHEAD, message_tokens
+from pipeline.tokens import count_tokens
+from schemas.context import AssemblySettings
+from schemas.query import Evidence
+from tests.support.factories import make_bundle, make_filler_pool, tiny_config
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    return make_bundle(tiny_config(n_personas=3))
+
+
+@pytest.fixture(scope="module")
+def assembly(bundle):
+    return assemble_all(bundle.personas, bundle.sessions, bundle.queries,
+                        settings=bundle.config.assembly, run_seed=bundle.config.seed)
+
+
+def _sessions(assembly):
+    return {s.session.session_id: s for s in assembly.sessions}
+
+
+def test_message_tokens_is_content_plus_overhead():
+    assert message_tokens("I like slow-cooked ramen.") == count_tokens("I like slow-cooked ramen.") + MESSAGE_OVERHEAD
+
+
+@pytest.mark.parametrize("profile", ["once", "per_session"])
+@pytest.mark.parametrize("budgets", [(3000, 5000), (9000, 14000)])
+def test_every_context_fills_its_budget_within_two_percent(bundle, profile, budgets):
+    sessions = bundle.sessions + make_filler_pool(99, count=120)
+    settings = AssemblySettings(budgets=list(budgets), profile=profile)
+    result = assemble_all(bundle.personas, sessions, bundle.queries, settings=settings, run_seed=3)
+    personas = {p.persona_id: p for p in bundle.personas}
+    by_id = _sessions(result)
+    assert len(result.contexts) == len(bundle.personas) * len(budgets)
+    for c in result.contexts:
+        assert c.budget_tokens * 0.98 <= c.n_tokens <= c.budget_tokens
+        messages = context_messages(c, personas[c.persona_id], by_id)
+        assert sum(message_tokens(m.content) for m in messages) == c.n_tokens
+        assert c.filler_tokens == sum(by_id[s].session.n_tokens for s in c.session_ids if by_id[s].session.kind == "filler")
+
+
+def test_topic_causal_order_and_time_are_never_violated(bundle, assembly):
+    rank = {p.name: i for i, p in enumerate(bundle.config.periods)}
+    by_id = _sessions(assembly)
+    for c in assembly.contexts:
+        own = [by_id[s].session for s in c.session_ids if by_id[s].session.kind == "topic"]
+        assert own, c.context_id
+        assert [s.time for s in own] == sorted(s.time for s in own)
+        for topic in {s.topic for s in own}:
+            ranks = [rank[s.period] for s in own if s.topic == topic]
+            assert ranks == sorted(ranks)
+
+
+def test_every_placement_has_its_evidence_before_the_question(bundle, assembly):
+    personas = {p.persona_id: p for p in bundle.personas}
+    queries = {q.query_id: q for q in bundle.queries}
+    contexts = {c.context_id: c for c in assembly.contexts}
+    by_id = _sessions(assembly)
+    assert len(assembly.placements) == 2 * len(bundle.queries)
+    for p in assembly.placements:
+        c, q = contexts[p.context_id], queries[p.query_id]
+        messages = context_messages(c, personas[c.persona_id], by_id)
+        assert sum(message_tokens(m.content) for m in messages[: p.end_index]) == p.context_tokens
+        evidence_text = by_id[q.evidence[0].session_id].turns[q.evidence[0].turn_index].content
+        positions = [i for i, m in enumerate(messages) if m.content == evidence_text]
+        assert positions and max(positions) < p.end_index
+        assert p.distance_tokens >= 0 and p.distance_sessions >= 0 and 0 <= p.evidence_position < 1
+        if q.anchor_session_id is None:
+            assert p.end_index == len(messages)
+        else:
+            assert messages[p.end_index].content == by_id[q.anchor_session_id].turns[q.anchor_turn_index].content
+
+
+def test_a_query_whose_evidence_follows_its_anchor_is_counted_not_placed(bundle):
+    anchored = next(q for q in bundle.queries if q.anchor_session_id)
+    later = [s for s in bundle.sessions if s.session.persona_id == anchored.persona_id
+             and s.session.session_id == anchored.anchor_session_id][0]
+    bad = anchored.model_copy(update={
+        "query_id": "qry_bad",
+        "evidence": [Evidence(session_id=later.session.session_id, turn_index=anchored.anchor_turn_index + 1)],
+    })
+    result = assemble_all(bundle.personas, bundle.sessions, [bad], settings=bundle.config.assembly, run_seed=7)
+    assert result.placements == []
+    assert result.unplaced == {"evidence_not_before_anchor": len(bundle.config.assembly.budgets)}
+
+
+def test_ordering_modes_put_the_long_gap_around_the_focal_topics_final_session(bundle):
+    settings = AssemblySettings(budgets=[8000], gap_fraction=0.6)
+    for ordering in ("focal_gap", "end_gap"):
+        result = assemble_all(bundle.personas, bundle.sessions, bundle.queries,
+                              settings=settings.model_copy(update={"orderings": [ordering]}), run_seed=7)
+        by_id = _sessions(result)
+        for c in result.contexts:
+            kinds = [by_id[s].session for s in c.session_ids]
+            final = max(i for i, s in enumerate(kinds) if s.kind == "topic" and s.topic == c.focal_topic)
+            step = -1 if ordering == "focal_gap" else 1
+            i, gap = final + step, 0
+            while 0 <= i < len(kinds) and kinds[i].kind == "filler":
+                gap, i = gap + kinds[i].n_tokens, i + step
+            assert c.ordering == ordering
+            assert gap >= 0.6 * c.filler_tokens - max(s.n_tokens for s in kinds)
+
+
+def test_same_seed_same_contexts_other_seed_other_filler(bundle, assembly):
+    again = assemble_all(bundle.personas, bundle.sessions, bundle.queries,
+                         settings=bundle.config.assembly, run_seed=bundle.config.seed)
+    other = assemble_all(bundle.personas, bundle.sessions, bundle.queries,
+                         settings=bundle.config.assembly, run_seed=bundle.config.seed + 1)
+    assert again.contexts == assembly.contexts and again.placements == assembly.placements
+    assert [c.session_ids for c in other.contexts] != [c.session_ids for c in assembly.contexts]
+
+
+def test_each_session_is_counted_once_not_per_context(bundle, monkeypatch):
+    calls = []
+    real = budget_module.count_tokens
+    monkeypatch.setattr(budget_module, "count_tokens", lambda text: calls.append(1) or real(text))
+    settings = AssemblySettings(budgets=[3000, 5000, 8000])
+    assemble_all(bundle.personas, bundle.sessions, bundle.queries, settings=settings, run_seed=7)
+    n_turns = sum(len(s.turns) for s in bundle.sessions)
+    assert len(calls) == n_turns + len(bundle.personas)
+
+
+def test_a_filler_pool_too_small_for_the_budget_is_a_clear_error(bundle):
+    few = [s for s in bundle.sessions if s.session.kind == "topic"] + make_filler_pool(1, count=3)
+    with pytest.raises(AssemblyError, match="filler pool: 3 sessions"):
+        assemble_all(bundle.personas, few, bundle.queries, settings=bundle.config.assembly, run_seed=7)
+
+
+def test_a_budget_too_small_for_any_topic_is_a_clear_error(bundle):
+    with pytest.raises(AssemblyError, match="cannot hold any whole topic"):
+        assemble_all(bundle.personas, bundle.sessions, bundle.queries,
+                     settings=AssemblySettings(budgets=[1000], max_persona_fraction=0.1), run_seed=7)
