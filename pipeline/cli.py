@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from pipeline.config import load_config
 from pipeline.errors import UserError
 
 app = typer.Typer(help="Build PersonaMem-style benchmarks for LLM personalization and long-term memory.",
@@ -33,7 +34,6 @@ def plan(
     personahub: Annotated[Path | None, typer.Option(help="PersonaHub JSONL of seed personas")] = None,
 ) -> None:
     """Seed personas and simulate their timelines (no model); write Parquet and print statistics."""
-    from pipeline.config import load_config
     from pipeline.dataset import write_tables
     from pipeline.plan import build_plan, plan_stats
 
@@ -91,6 +91,26 @@ from pipeline.cli_dataset import export_app, inspect, prune  # noqa: E402
 app.add_typer(export_app, name="export")
 app.command()(inspect)
 app.command()(prune)
+
+
+@app.command()
+def text(
+    n: Annotated[int | None, typer.Option("--n", help="number of personas (default: the profile's)")] = None,
+    seed: Annotated[int | None, typer.Option(help="run seed (default: the profile's)")] = None,
+    out: Annotated[Path, typer.Option(help="folder to write the tables into")] = Path("outputs/text"),
+    profile: Annotated[str, typer.Option(help="profile name or YAML file")] = "default",
+    llm: Annotated[str | None, typer.Option("--llm", help="fake | local[:path.gguf] | openai:<model>")] = None,
+    cache: Annotated[Path, typer.Option(help="LLM response cache")] = Path("outputs/.cache/llm.sqlite"),
+) -> None:
+    """Run the text stages (profile, timeline, narratives, sessions, filler) and write their tables."""
+    from pipeline.text_run import run_text_stages
+
+    try:
+        config = load_config(profile, n_personas=n, seed=seed)
+        report = run_text_stages(config, llm=llm, cache=cache, out=out)
+    except UserError as exc:
+        raise fail(str(exc)) from None
+    console.print(report)
 
 
 def main() -> None:

@@ -242,7 +242,12 @@ def _validate(reply: BackendReply, output: type[BaseModel]) -> tuple[BaseModel |
     if reply.finish_reason in ("length", "content_filter"):
         return None, f"the reply stopped early (finish_reason={reply.finish_reason}); answer more briefly"
     try:
-        return output.model_validate_json(reply.text), ""
+        # strict=False: raw newlines inside strings (small models under a grammar write them) are accepted
+        data = json.loads(reply.text, strict=False)
+    except json.JSONDecodeError as exc:
+        return None, f"it is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
+    try:
+        return output.model_validate(data), ""
     except ValidationError as exc:
         details = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors()[:8])
         return None, f"it did not match the required schema ({details})"

@@ -84,7 +84,7 @@ class LocalBackend:
 
     def grammar(self, schema: dict) -> tuple[object, bool]:
         """The compiled grammar for `schema`, and whether it is exact (False: plain-JSON fallback)."""
-        text = json.dumps(schema, sort_keys=True)
+        text = json.dumps(grammar_schema(schema), sort_keys=True)
         with self._grammar_lock:
             if text not in self._grammars:
                 self._grammars[text] = _compile(text)
@@ -109,6 +109,29 @@ class LocalBackend:
         return BackendReply(text=choice["message"]["content"] or "", finish_reason=choice["finish_reason"] or "stop",
                             input_tokens=usage.get("prompt_tokens", 0),
                             output_tokens=usage.get("completion_tokens", 0))
+
+
+MAX_GRAMMAR_LENGTH = 64
+
+
+def grammar_schema(schema: object) -> object:
+    """The schema with string length bounds the grammar can carry.
+
+    llama.cpp expands `maxLength: n` into n nested optional rules, and its parser rejects large
+    expansions at sampling time with a crash rather than an error. So long bounds are dropped (or
+    capped, for minLength) here; pydantic still validates the full bounds afterwards and the gateway
+    re-asks on a violation.
+    """
+    if isinstance(schema, list):
+        return [grammar_schema(v) for v in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: grammar_schema(v) for k, v in schema.items()}
+    if out.get("maxLength", 0) > MAX_GRAMMAR_LENGTH:
+        del out["maxLength"]
+    if out.get("minLength", 0) > MAX_GRAMMAR_LENGTH:
+        out["minLength"] = MAX_GRAMMAR_LENGTH
+    return out
 
 
 def _compile(schema_text: str) -> tuple[object, bool]:

@@ -197,7 +197,8 @@ class _Simulation:
         for _ in range(count):
             time = _minutes_into(window, 0.0, 1.0, self.rng)
             topic = self.rng.choice(self.config.topics)
-            held = [v for c in self.chains.values() for v in c if v.topic == topic and v.valid_at(time)]
+            # only versions still current at the period's end, so a later session never voices a stale one
+            held = [v for c in self.chains.values() for v in c if v.topic == topic and v.valid_at(time) and v.valid_to is None]
             if not held:
                 continue
             version = self.rng.choice(held)

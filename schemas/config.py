@@ -88,6 +88,19 @@ class TimelineSettings(Strict):
         return self
 
 
+class TextSettings(Strict):
+    """Sizes of the text stages (persona expansion, sessions, filler)."""
+
+    inventory_size: int = Field(default=12, ge=3, le=40, description="candidate items the model writes per topic")
+    stereotype_items: int = Field(default=3, ge=0, le=10, description="catalog items matching the demographics")
+    sessions_per_period: int = Field(default=1, ge=1, le=6)
+    small_talk_exchanges: int = Field(default=2, ge=0, le=12, description="ordinary exchanges per session")
+    max_turn_tokens: int = Field(default=300, ge=20, le=4000)
+    attempts: int = Field(default=3, ge=1, le=6, description="model attempts per item before code takes over")
+    filler_pool_size: int = Field(default=40, ge=0, le=100_000)
+    filler_exchanges: int = Field(default=4, ge=1, le=20)
+
+
 class RunConfig(Strict):
     """Everything that decides a dataset's content (operational settings live elsewhere)."""
 
@@ -99,6 +112,7 @@ class RunConfig(Strict):
     periods: list[Period] = Field(default_factory=lambda: list(DEFAULT_PERIODS), min_length=1)
     personas: PersonaSettings = Field(default_factory=PersonaSettings)
     timeline: TimelineSettings = Field(default_factory=TimelineSettings)
+    text: TextSettings = Field(default_factory=TextSettings)
     assembly: AssemblySettings = Field(default_factory=AssemblySettings)
 
     @model_validator(mode="after")

@@ -1,0 +1,173 @@
+"""Session plans decided in code: which sessions exist, when, and which facts (beats) each one voices."""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.periods import PeriodWindow, period_windows
+from pipeline.rng import derive_rng
+from pipeline.catalog import load_taxonomy
+from schemas.config import RunConfig
+from schemas.drafts import BeatKind
+from schemas.ids import stable_id
+from schemas.persona import Persona
+from schemas.timeline import Event, PreferenceVersion, Timeline
+
+
+class Beat(BaseModel):
+    """One fact a user turn must voice, with the exact annotations that turn will carry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: BeatKind
+    topic: str
+    item: str | None = None
+    stance: str | None = None
+    previous_stance: str | None = None
+    reason: str | None = None
+    event: str | None = None
+    pref_versions: list[str] = []
+    event_ids: list[str] = []
+
+
+class SessionPlan(BaseModel):
+    """A session to write: its identity and time, its beats in order, and how much small talk."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    session_id: str
+    persona_id: str
+    topic: str
+    period: str
+    time: datetime
+    beats: list[Beat]
+    small_talk: int
+
+
+def plan_sessions(persona: Persona, timeline: Timeline, *, config: RunConfig) -> list[SessionPlan]:
+    """Every (topic, period) gets ``sessions_per_period`` sessions; each fact is voiced exactly once."""
+    rng = derive_rng(config.seed, persona.persona_id, "plan_sessions")
+    beats = _beats_by_slot(timeline, config, rng)
+    plans = []
+    k = config.text.sessions_per_period
+    for window in period_windows(config):
+        order = list(config.topics)
+        rng.shuffle(order)
+        for slot, (topic, j) in enumerate((t, j) for t in order for j in range(k)):
+            plans.append(SessionPlan(
+                session_id=stable_id("ses", persona.persona_id, topic, window.name, j),
+                persona_id=persona.persona_id, topic=topic, period=window.name,
+                time=_session_time(window, slot, len(order) * k),
+                beats=beats[(topic, window.name)][j::k], small_talk=config.text.small_talk_exchanges,
+            ))
+    return plans
+
+
+def _session_time(window: PeriodWindow, slot: int, slots: int) -> datetime:
+    span = window.sessions_end - window.at
+    return (window.at + span * slot / slots).replace(second=0, microsecond=0)
+
+
+def _beats_by_slot(timeline: Timeline, config: RunConfig, rng) -> dict[tuple[str, str], list[Beat]]:
+    first = config.periods[0].name
+    versions = {p.key: p for p in timeline.preferences}
+    slots: dict[tuple[str, str], list[Beat]] = defaultdict(list)
+    for p in timeline.preferences:
+        if p.version == 1 and p.caused_by_event_id is None:
+            slots[(p.topic, first)].append(_initial_beat(p))
+    voiced_life: set[str] = set()
+    life_of = {e.child_event_id: e.parent_event_id for e in timeline.edges if e.relation == "causes"}
+    for e in timeline.events:
+        if e.kind == "preference_update":
+            life = timeline.event(life_of[e.event_id])
+            voiced_life.add(life.event_id)
+            slots[(e.topic, e.period)].append(_update_beat(e, life, versions, timeline))
+        elif e.kind == "routine":
+            slots[(e.topic, e.period)].append(Beat(kind="routine", topic=e.topic, item=versions[e.pref_refs[0]].item,
+                                                   stance=versions[e.pref_refs[0]].stance, event=e.summary,
+                                                   pref_versions=list(e.pref_refs), event_ids=[e.event_id]))
+    categories = load_taxonomy().life_event_categories
+    for e in timeline.events:
+        if e.kind == "life_event" and e.event_id not in voiced_life:
+            category = categories.get(e.category or "")
+            near = [t for t in category.topics if t in config.topics] if category else []
+            topic = rng.choice(near or config.topics)
+            slots[(topic, e.period)].append(Beat(kind="life_event", topic=topic, event=e.summary, event_ids=[e.event_id]))
+    return slots
+
+
+def _initial_beat(p: PreferenceVersion) -> Beat:
+    return Beat(kind="initial_preference", topic=p.topic, item=p.item, stance=p.stance, pref_versions=[p.key])
+
+
+def _update_beat(update: Event, life: Event, versions: dict[str, PreferenceVersion], timeline: Timeline) -> Beat:
+    new = versions[update.pref_refs[-1]]
+    old = versions[update.pref_refs[0]] if len(update.pref_refs) > 1 else None
+    return Beat(
+        kind="preference_update", topic=new.topic, item=new.item, stance=new.stance,
+        previous_stance=old.stance if old else None, reason=new.reason, event=life.summary,
+        pref_versions=[new.key], event_ids=[update.event_id, life.event_id],
+    )
+
+
+# -- checks and code-written fallbacks ------------------------------------------------------------------
+_WORD = re.compile(r"[a-z0-9]+")
+_STALE = re.compile(r"\bused to (like|love|enjoy|hate|dislike)\b", re.IGNORECASE)
+
+
+def content_words(text: str) -> set[str]:
+    return {w for w in _WORD.findall(text.lower()) if len(w) > 3}
+
+
+def mentions(text: str, item: str) -> bool:
+    """The item, or at least two thirds of its content words, appear in ``text``."""
+    return mentioned(text.casefold(), content_words(text), item.casefold(), content_words(item))
+
+
+def mentioned(text: str, text_words: set[str], item: str, item_words: set[str]) -> bool:
+    """:func:`mentions` on casefolded strings with their word sets precomputed (for hot loops)."""
+    return item in text or (bool(item_words) and len(item_words & text_words) * 3 >= len(item_words) * 2)
+
+
+def beat_problem(beat: Beat, user: str, assistant: str, *, unvoiced: list[str], max_tokens: int, count) -> str | None:
+    """Why a drafted exchange does not voice its beat faithfully, or None when it does."""
+    for role, text in (("user", user), ("assistant", assistant)):
+        if not text.strip():
+            return f"empty {role} turn"
+        if count(text) > max_tokens:
+            return f"{role} turn longer than {max_tokens} tokens"
+    if beat.item and beat.kind != "life_event" and not mentions(user, beat.item):
+        return f"user turn does not mention {beat.item!r}"
+    if beat.kind == "preference_update" and _STALE.search(user):
+        return "user turn restates the old preference"
+    leaked = [i for i in unvoiced if mentions(assistant, i)]
+    if leaked:
+        return f"assistant mentions {leaked[0]!r}, which the user has not voiced"
+    return None
+
+
+def fallback_exchange(beat: Beat, topic_label: str) -> tuple[str, str]:
+    """A plain, code-written exchange that voices the beat's fact (used when the model keeps failing)."""
+    if beat.kind == "initial_preference":
+        user = f"I {'really enjoy' if beat.stance == 'like' else 'really dislike'} {beat.item}."
+    elif beat.kind == "preference_update":
+        why = (beat.reason or f"I {beat.event}").rstrip(".")
+        now = "I've come to enjoy" if beat.stance == "like" else "I no longer want"
+        user = f"Something changed for me: {why}. Since then, {now} {beat.item}."
+    elif beat.kind == "routine":
+        user = f"By the way, I {beat.event}."
+    else:
+        user = f"Some news from my life: I {beat.event}."
+    assistant = f"Thank you for telling me. I'll keep that in mind when we talk about {topic_label}."
+    return user, assistant
+
+
+def topic_label(topic: str) -> str:
+    """``foodRecommendation`` -> ``food``; ``legalConsultation`` -> ``legal questions``."""
+    base = re.sub(r"(Recommendation|Consultation)$", "", topic)
+    words = re.sub(r"(?<!^)([A-Z])", r" \1", base).lower()
+    return f"{words} questions" if topic.endswith("Consultation") else words

@@ -1,0 +1,131 @@
+"""expand_persona: the model writes profile prose and per-topic item inventories; code checks them."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+
+from pydantic import BaseModel
+
+from pipeline.catalog import catalog_inventory, load_catalog
+from pipeline.llm import LLM, LLMError
+from pipeline.rng import derive_rng
+from pipeline.sample_personas import persona_from_seed
+from pipeline.specs import INVENTORY, PROFILE
+from schemas.catalog import InventoryItem
+from schemas.config import RunConfig
+from schemas.drafts import InventoryContext, ProfileContext, ProfileDraft, inventory_draft
+from schemas.persona import Persona, PersonaSeed
+
+Inventory = dict[str, list[InventoryItem]]
+
+
+def expand_persona(seed: PersonaSeed, *, config: RunConfig, llm: LLM) -> tuple[Persona, Inventory]:
+    """The persona with model-written profile, and its per-topic inventory (model items + catalog top-up)."""
+    base = persona_from_seed(seed, run_seed=config.seed, split=config.personas.split)
+    persona = _with_profile(base, seed, llm=llm, attempts=config.text.attempts)
+    return persona, _inventory(persona, config=config, llm=llm)
+
+
+def profile_problem(draft: ProfileDraft, seed: PersonaSeed) -> str | None:
+    """Why a profile draft contradicts the structured seed, or None when it is consistent."""
+    a = seed.attributes
+    if a.age is not None and draft.age != a.age:
+        return f"age {draft.age} contradicts the seed's age {a.age}"
+    if a.gender_identity is not None and draft.gender_identity != a.gender_identity:
+        return f"gender identity {draft.gender_identity} contradicts the seed's {a.gender_identity}"
+    return None
+
+
+def _with_profile(base: Persona, seed: PersonaSeed, *, llm: LLM, attempts: int) -> Persona:
+    a = seed.attributes
+    context = ProfileContext(seed_text=seed.text, name=base.name, age=a.age, gender_identity=a.gender_identity,
+                             location=a.location, occupation=a.occupation)
+    for sample in range(attempts):
+        try:
+            draft = llm.generate(PROFILE, context, sample_index=sample)
+        except LLMError:
+            continue
+        if profile_problem(draft, seed) is None:
+            return apply_profile(base, draft, llm_name=llm.name, fingerprint=llm.fingerprint(PROFILE))
+    return base.model_copy(update={"provenance": {**base.provenance, "profile": "fallback:seed"}})
+
+
+def apply_profile(base: Persona, draft: ProfileDraft, *, llm_name: str, fingerprint: str) -> Persona:
+    """Store a checked draft: code keeps the name and any structured fact; the model adds the prose."""
+    return base.model_copy(update={
+        "age": base.age if base.age is not None else draft.age,
+        "gender_identity": base.gender_identity or draft.gender_identity,
+        "occupation": base.occupation or draft.occupation,
+        "location": base.location or draft.location,
+        "profile": f"{base.name}. {draft.background.strip()}",
+        "provenance": {**base.provenance, "profile": f"{llm_name} {fingerprint[:12]}"},
+    })
+
+
+_JUNK = re.compile(r"^[\W_]+|[\W_]+$")
+_ITEM = re.compile(r"^[^\W\d_][\w '&.,/+-]*$")
+
+
+def clean_items(raw: list[str], *, taken: set[str], limit: int) -> list[str]:
+    """Unique, trimmed items of 2-6 plain words (at most 60 characters) not already used by this persona."""
+    out: list[str] = []
+    for text in raw:
+        item = _JUNK.sub("", " ".join(text.split()))
+        key = item.casefold()
+        if len(item) <= 60 and 2 <= len(item.split()) <= 6 and _ITEM.match(item) and "_" not in item and key not in taken:
+            taken.add(key)
+            out.append(item)
+        if len(out) == limit:
+            break
+    return out
+
+
+def _inventory(persona: Persona, *, config: RunConfig, llm: LLM) -> Inventory:
+    n = config.text.inventory_size
+    catalog = load_catalog()
+    spec = replace(INVENTORY, output=inventory_draft(n))
+    contexts = [
+        InventoryContext(name=persona.name, profile=persona.profile, topic=t,
+                         topic_description=catalog.topics[t].description if t in catalog.topics else t,
+                         n_items=n, examples=[i.name for i in catalog.topics[t].items[:2]] if t in catalog.topics else [])
+        for t in config.topics
+    ]
+    drafts = _generate_all(llm, spec, contexts)
+    return merge_inventory(persona, drafts, config=config)
+
+
+def _generate_all(llm: LLM, spec, contexts: list[BaseModel]) -> list[BaseModel | None]:
+    """One draft per context; a context whose call fails gets None (code fills in from the catalog)."""
+    try:
+        return list(llm.generate_many(spec, contexts))
+    except LLMError:
+        out = []
+        for context in contexts:
+            try:
+                out.append(llm.generate(spec, context))
+            except LLMError:
+                out.append(None)
+        return out
+
+
+def merge_inventory(persona: Persona, drafts: list[BaseModel | None], *, config: RunConfig) -> Inventory:
+    """Model items first, topped up from the catalog to the configured size, plus demographic stereotypes."""
+    catalog = catalog_inventory(config.topics)
+    tags = persona.attributes.stereotype_tags()
+    rng = derive_rng(config.seed, persona.persona_id, "expand_persona")
+    taken: set[str] = set()
+    inventory: Inventory = {}
+    for topic, draft in zip(config.topics, drafts, strict=True):
+        items = [InventoryItem(name=n) for n in clean_items(draft.items if draft else [], taken=taken,
+                                                              limit=config.text.inventory_size)]
+        pool = list(catalog[topic])
+        rng.shuffle(pool)
+        stereo = [i for i in pool if tags & set(i.tags)][: config.text.stereotype_items]
+        topup = [i for i in pool if i not in stereo][: max(0, config.text.inventory_size - len(items))]
+        for extra in stereo + topup:
+            if extra.name.casefold() not in taken:
+                taken.add(extra.name.casefold())
+                items.append(extra)
+        inventory[topic] = items
+    return inventory

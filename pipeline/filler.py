@@ -1,0 +1,68 @@
+"""The filler pool: persona-neutral sessions generated once per dataset, used to reach token budgets."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel
+
+from pipeline.beats import content_words, mentioned
+from pipeline.budget import with_token_counts
+from pipeline.llm import LLM, LLMError
+from pipeline.rng import derive_rng
+from pipeline.specs import FILLER
+from schemas.config import RunConfig
+from schemas.conversation import Session, SessionWithTurns, Turn
+from schemas.drafts import FillerContext, small_talk_draft
+from schemas.ids import stable_id
+
+SUBJECTS = Path(__file__).parent / "data" / "filler_subjects.yaml"
+
+
+@cache
+def filler_subjects() -> tuple[str, ...]:
+    return tuple(yaml.safe_load(SUBJECTS.read_text(encoding="utf-8"))["subjects"])
+
+
+def write_filler_pool(*, llm: LLM, config: RunConfig) -> list[SessionWithTurns]:
+    """``filler_pool_size`` sessions on seeded everyday subjects; failed calls are skipped, not faked."""
+    n, size = config.text.filler_exchanges, config.text.filler_pool_size
+    rng = derive_rng(config.seed, "filler")
+    subjects = [filler_subjects()[i % len(filler_subjects())] for i in range(size)]
+    rng.shuffle(subjects)
+    spec = replace(FILLER, output=small_talk_draft(n))
+    pool = []
+    for index, subject in enumerate(subjects):
+        try:
+            draft = llm.generate(spec, FillerContext(subject=subject, n_exchanges=n), sample_index=index)
+        except LLMError:
+            continue
+        pool.append(filler_session(index, subject, draft, config=config, model=llm.name))
+    return pool
+
+
+def filler_session(index: int, subject: str, draft: BaseModel, *, config: RunConfig, model: str) -> SessionWithTurns:
+    """Pure: a filler draft -> a stored session (no persona, kind filler)."""
+    sid = stable_id("fil", config.seed, index, subject)
+    turns = []
+    for ex in draft.exchanges:
+        for role, text in (("user", ex.user), ("assistant", ex.assistant)):
+            turns.append(Turn(session_id=sid, turn_index=len(turns), role=role, content=" ".join(text.split())))
+    session = Session(session_id=sid, persona_id=None, topic=f"filler: {subject}", period=None, time=config.start_date,
+                      kind="filler", n_turns=len(turns), n_tokens=0, provenance={"model": model, "subject": subject})
+    return with_token_counts(SessionWithTurns(session=session, turns=turns))
+
+
+def filter_filler(pool: list[SessionWithTurns], items: set[str]) -> tuple[list[SessionWithTurns], int]:
+    """Drop filler sessions that mention any of the dataset's preference items; returns (kept, dropped)."""
+    words = [(i.casefold(), content_words(i)) for i in items]
+    kept = []
+    for swt in pool:
+        text = " ".join(t.content for t in swt.turns)
+        folded, text_words = text.casefold(), content_words(text)
+        if not any(mentioned(folded, text_words, item, w) for item, w in words):
+            kept.append(swt)
+    return kept, len(pool) - len(kept)

@@ -1,0 +1,94 @@
+"""narrate_events: a narrative per life event and a reason per preference change, consistent with the DAG."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import replace
+
+from pydantic import BaseModel
+
+from pipeline.llm import LLM, LLMError
+from pipeline.specs import NARRATION
+from schemas.config import RunConfig
+from schemas.drafts import EffectView, NarrationContext, narration_draft
+from schemas.persona import Persona
+from schemas.timeline import Event, PreferenceVersion, Timeline
+
+
+def effects_of(timeline: Timeline) -> dict[str, list[PreferenceVersion]]:
+    """life event id -> the preference versions it caused, in a stable order."""
+    versions = {p.key: p for p in timeline.preferences}
+    updates = {e.event_id: e for e in timeline.events if e.kind == "preference_update"}
+    out: dict[str, list[PreferenceVersion]] = defaultdict(list)
+    for edge in timeline.edges:
+        if edge.relation == "causes" and edge.child_event_id in updates:
+            out[edge.parent_event_id].append(versions[updates[edge.child_event_id].pref_refs[-1]])
+    return {k: sorted(v, key=lambda p: (p.topic, p.item)) for k, v in out.items()}
+
+
+def narration_context(persona: Persona, timeline: Timeline, event: Event, effects: list[PreferenceVersion]) -> NarrationContext:
+    """What the narrator must stay consistent with: the event, its causes and its effects."""
+    parents = [timeline.event(e.parent_event_id) for e in timeline.edges if e.child_event_id == event.event_id]
+    return NarrationContext(
+        name=persona.name, profile=persona.profile, date=f"{event.time:%Y-%m-%d}", category=event.category or "life",
+        summary=event.summary, causes=[p.summary for p in parents if p.kind == "life_event"],
+        effects=[EffectView(topic=v.topic, item=v.item, new_stance=v.stance, old_stance=_previous_stance(timeline, v))
+                 for v in effects],
+    )
+
+
+def _previous_stance(timeline: Timeline, version: PreferenceVersion) -> str | None:
+    return timeline.versions(version.pref_id)[version.version - 2].stance if version.version > 1 else None
+
+
+def narrate_events(persona: Persona, timeline: Timeline, *, llm: LLM, config: RunConfig) -> Timeline:
+    """One call per life event covering all its effects; events the model fails keep code-written text."""
+    effects = effects_of(timeline)
+    drafts: dict[str, BaseModel] = {}
+    by_count: dict[int, list[Event]] = defaultdict(list)
+    for event in timeline.events:
+        if event.kind == "life_event":
+            by_count[len(effects.get(event.event_id, []))].append(event)
+    for count, events in sorted(by_count.items()):
+        spec = replace(NARRATION, output=narration_draft(count))
+        contexts = [narration_context(persona, timeline, e, effects.get(e.event_id, [])) for e in events]
+        for event, draft in zip(events, _drafts(llm, spec, contexts, config.text.attempts), strict=True):
+            if draft is not None:
+                drafts[event.event_id] = draft
+    return apply_narrations(timeline, drafts, effects)
+
+
+def _drafts(llm: LLM, spec, contexts: list[BaseModel], attempts: int) -> list[BaseModel | None]:
+    """Drafts for every context; a failed call is retried with the next sample index, then gives None."""
+    try:
+        return list(llm.generate_many(spec, contexts))
+    except LLMError:
+        pass
+    out: list[BaseModel | None] = []
+    for context in contexts:
+        draft = None
+        for sample in range(attempts):
+            try:
+                draft = llm.generate(spec, context, sample_index=sample)
+                break
+            except LLMError:
+                continue
+        out.append(draft)
+    return out
+
+
+def apply_narrations(timeline: Timeline, drafts: dict[str, BaseModel], effects: dict[str, list[PreferenceVersion]]) -> Timeline:
+    """A new timeline with narratives and reasons from the drafts; facts (ids, times, stances) untouched."""
+    reasons: dict[str, str] = {}
+    for event_id, draft in drafts.items():
+        for version, reason in zip(effects.get(event_id, []), getattr(draft, "reasons", []), strict=False):
+            reasons[version.key] = " ".join(reason.split())
+    events = []
+    for e in timeline.events:
+        if e.event_id in drafts:
+            e = e.model_copy(update={"narrative": " ".join(drafts[e.event_id].narrative.split())})
+        elif e.narrative is None and e.kind != "preference_update":
+            e = e.model_copy(update={"narrative": f"I {e.summary}."})
+        events.append(e)
+    prefs = [p.model_copy(update={"reason": reasons[p.key]}) if p.key in reasons else p for p in timeline.preferences]
+    return Timeline(persona_id=timeline.persona_id, events=events, edges=timeline.edges, preferences=prefs)

@@ -1,0 +1,35 @@
+"""One persona through the text stages: expand, simulate, narrate, write sessions."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from pipeline.expand_persona import expand_persona
+from pipeline.llm import LLM
+from pipeline.narrate_events import narrate_events
+from pipeline.rng import derive_rng
+from pipeline.simulate_timeline import simulate_timeline
+from pipeline.write_sessions import SessionStats, write_sessions
+from schemas.config import RunConfig
+from schemas.conversation import SessionWithTurns
+from schemas.persona import Persona, PersonaSeed
+from schemas.timeline import Timeline
+
+
+class PersonaText(BaseModel):
+    """Everything the text stages produce for one persona."""
+
+    persona: Persona
+    timeline: Timeline
+    sessions: list[SessionWithTurns]
+    stats: SessionStats
+
+
+def build_persona_text(seed: PersonaSeed, *, config: RunConfig, llm: LLM) -> PersonaText:
+    """Stages 2-5 for one persona; deterministic for a given seed, config and cached responses."""
+    persona, inventory = expand_persona(seed, config=config, llm=llm)
+    rng = derive_rng(config.seed, persona.persona_id, "simulate_timeline")
+    timeline = simulate_timeline(persona, inventory, config=config, rng=rng)
+    timeline = narrate_events(persona, timeline, llm=llm, config=config)
+    sessions, stats = write_sessions(persona, timeline, llm=llm, config=config)
+    return PersonaText(persona=persona, timeline=timeline, sessions=sessions, stats=stats)

@@ -1,0 +1,161 @@
+"""write_sessions: multi-session conversations whose turns voice planned beats, annotated by construction."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pydantic import BaseModel, Field
+
+from pipeline.beats import Beat, SessionPlan, beat_problem, fallback_exchange, mentions, plan_sessions, topic_label
+from pipeline.budget import with_token_counts
+from pipeline.catalog import load_catalog
+from pipeline.llm import LLM, LLMError
+from pipeline.specs import BEAT, SMALL_TALK
+from pipeline.tokens import count_tokens
+from schemas.config import RunConfig
+from schemas.conversation import Session, SessionWithTurns, Turn
+from schemas.drafts import BeatContext, ExchangeDraft, SmallTalkContext, small_talk_draft
+from schemas.persona import Persona
+from schemas.timeline import Timeline
+
+
+class SessionStats(BaseModel):
+    """How often the model's wording was kept, regenerated, or replaced by code."""
+
+    sessions: int = 0
+    beats: int = 0
+    regenerated: int = 0
+    fallback_beats: int = 0
+    small_talk_kept: int = 0
+    small_talk_dropped: int = 0
+    problems: dict[str, int] = Field(default_factory=dict)
+
+
+def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: RunConfig) -> tuple[list[SessionWithTurns], SessionStats]:
+    """Plan sessions in code, have the model word each beat and the small talk, check, fall back."""
+    plans = plan_sessions(persona, timeline, config=config)
+    stats = SessionStats(sessions=len(plans))
+    items = sorted({p.item for p in timeline.preferences})
+    beat_turns = _beat_exchanges(persona, plans, items, llm=llm, config=config, stats=stats)
+    sessions = []
+    for plan in plans:
+        talk = _small_talk(persona, plan, items, llm=llm, config=config, stats=stats)
+        sessions.append(build_session(plan, beat_turns[plan.session_id], talk, provenance=_provenance(llm, beat_turns[plan.session_id])))
+    return sessions, stats
+
+
+def _provenance(llm: LLM, exchanges: list[tuple[str, str, bool]]) -> dict[str, str]:
+    return {"model": llm.name, "beat_template": llm.fingerprint(BEAT)[:16],
+            "small_talk_template": llm.fingerprint(SMALL_TALK)[:16],
+            "fallback_beats": str(sum(f for _, _, f in exchanges))}
+
+
+def _unvoiced_before(plans: list[SessionPlan], items: list[str]) -> dict[str, list[str]]:
+    """session id -> preference items not yet voiced by the end of that session (chronological order)."""
+    voiced: set[str] = set()
+    out = {}
+    for plan in sorted(plans, key=lambda p: (p.time, p.session_id)):
+        voiced |= {b.item for b in plan.beats if b.item}
+        out[plan.session_id] = [i for i in items if i not in voiced]
+    return out
+
+
+def _beat_context(persona: Persona, plan: SessionPlan, beat: Beat) -> BeatContext:
+    return BeatContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
+                       date=f"{plan.time:%Y-%m-%d}", kind=beat.kind, item=beat.item, stance=beat.stance,
+                       reason=beat.reason, event=beat.event)
+
+
+def _beat_exchanges(persona, plans, items, *, llm, config, stats) -> dict[str, list[tuple[str, str, bool]]]:
+    """Per session, one (user, assistant, is_fallback) per beat, in beat order."""
+    unvoiced = _unvoiced_before(plans, items)
+    todo = [(plan, i, beat) for plan in plans for i, beat in enumerate(plan.beats)]
+    stats.beats = len(todo)
+    done: dict[tuple[str, int], tuple[str, str, bool]] = {}
+    for sample in range(config.text.attempts):
+        pending = [(p, i, b) for p, i, b in todo if (p.session_id, i) not in done]
+        if not pending:
+            break
+        stats.regenerated += len(pending) if sample else 0
+        drafts = _generate(llm, BEAT, [_beat_context(persona, p, b) for p, _, b in pending], sample)
+        for (plan, i, beat), draft in zip(pending, drafts, strict=True):
+            problem = "model call failed" if draft is None else beat_problem(
+                beat, draft.user, draft.assistant, unvoiced=unvoiced[plan.session_id],
+                max_tokens=config.text.max_turn_tokens, count=count_tokens)
+            if problem is None:
+                done[(plan.session_id, i)] = (_clean(draft.user), _clean(draft.assistant), False)
+            else:
+                stats.problems[problem.split(" '")[0]] = stats.problems.get(problem.split(" '")[0], 0) + 1
+    out: dict[str, list[tuple[str, str, bool]]] = {}
+    for plan in plans:
+        exchanges = []
+        for i, beat in enumerate(plan.beats):
+            if (plan.session_id, i) not in done:
+                stats.fallback_beats += 1
+                done[(plan.session_id, i)] = (*fallback_exchange(beat, topic_label(plan.topic)), True)
+            exchanges.append(done[(plan.session_id, i)])
+        out[plan.session_id] = exchanges
+    return out
+
+
+def _generate(llm: LLM, spec, contexts: list[BaseModel], sample: int) -> list[BaseModel | None]:
+    """Drafts for all contexts (concurrently); a context whose call fails gets None."""
+    try:
+        return list(llm.generate_many(spec, contexts, sample_index=sample))
+    except LLMError:
+        out = []
+        for context in contexts:
+            try:
+                out.append(llm.generate(spec, context, sample_index=sample))
+            except LLMError:
+                out.append(None)
+        return out
+
+
+def _clean(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _small_talk(persona, plan: SessionPlan, items: list[str], *, llm, config, stats) -> list[tuple[str, str]]:
+    """Ordinary exchanges that voice no preference item; offenders are dropped, never repaired."""
+    n = plan.small_talk
+    if n == 0:
+        return []
+    catalog = load_catalog()
+    context = SmallTalkContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
+                               topic_description=catalog.topics[plan.topic].description if plan.topic in catalog.topics else plan.topic,
+                               date=f"{plan.time:%Y-%m-%d}", n_exchanges=n)
+    (draft,) = _generate(llm, replace(SMALL_TALK, output=small_talk_draft(n)), [context], 0)
+    kept = []
+    for ex in (draft.exchanges if draft else []):
+        if any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config):
+            stats.small_talk_dropped += 1
+        else:
+            kept.append((_clean(ex.user), _clean(ex.assistant)))
+    stats.small_talk_kept += len(kept)
+    if not kept and not plan.beats:
+        label = topic_label(plan.topic)
+        kept = [(f"Could you give me a few general pointers on {label}?",
+                 f"Of course. With {label}, it helps to start from what you need right now and go step by step.")]
+    return kept
+
+
+def _too_long(ex: ExchangeDraft, config: RunConfig) -> bool:
+    return max(count_tokens(ex.user), count_tokens(ex.assistant)) > config.text.max_turn_tokens
+
+
+def build_session(plan: SessionPlan, beats: list[tuple[str, str, bool]], talk: list[tuple[str, str]], *, provenance: dict[str, str]) -> SessionWithTurns:
+    """Pure: one opening small-talk exchange, then the beats in order, then the rest of the small talk."""
+    rows: list[tuple[str, str, Beat | None, bool]] = [(u, a, None, False) for u, a in talk[:1]]
+    rows += [(u, a, beat, fb) for (u, a, fb), beat in zip(beats, plan.beats, strict=True)]
+    rows += [(u, a, None, False) for u, a in talk[1:]]
+    turns: list[Turn] = []
+    for user, assistant, beat, fb in rows:
+        turns.append(Turn(session_id=plan.session_id, turn_index=len(turns), role="user", content=user,
+                          event_ids=list(beat.event_ids) if beat else [],
+                          pref_versions=list(beat.pref_versions) if beat else [], fallback=fb))
+        turns.append(Turn(session_id=plan.session_id, turn_index=len(turns), role="assistant", content=assistant,
+                          fallback=fb))
+    session = Session(session_id=plan.session_id, persona_id=plan.persona_id, topic=plan.topic, period=plan.period,
+                      time=plan.time, kind="topic", n_turns=len(turns), n_tokens=0, provenance=provenance)
+    return with_token_counts(SessionWithTurns(session=session, turns=turns))

@@ -1,0 +1,162 @@
+"""Text stages with the fake backend: every planned beat lands, annotated exactly, in the right session."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pipeline.beats import Beat, beat_problem, fallback_exchange, mentions, plan_sessions, topic_label
+from pipeline.config import load_config
+from pipeline.expand_persona import clean_items, profile_problem
+from pipeline.filler import filter_filler, write_filler_pool
+from pipeline.llm import LLM
+from pipeline.narrate_events import apply_narrations, effects_of
+from pipeline.persona_text import build_persona_text
+from pipeline.sample_personas import sample_personas
+from pipeline.tokens import count_tokens
+from schemas.drafts import ProfileDraft, narration_draft
+from schemas.ids import parse_version_key
+from schemas.llm import LLMSettings
+
+
+def fake_llm(tmp_path: Path, faults: str = "") -> LLM:
+    return LLM(LLMSettings(llm=f"fake?{faults}" if faults else "fake", cache_path=tmp_path / "cache.sqlite",
+                           backoff_s=0, backoff_max_s=0))
+
+
+def check_persona(result, config) -> None:
+    """Every invariant the issue names, checked against the plan recomputed from the stored timeline."""
+    timeline, persona = result.timeline, result.persona
+    by_id = {s.session.session_id: s for s in result.sessions}
+    versions = {p.key: p for p in timeline.preferences}
+    for plan in plan_sessions(persona, timeline, config=config):
+        swt = by_id[plan.session_id]
+        annotated = [(t.pref_versions, t.event_ids) for t in swt.turns if t.pref_versions or t.event_ids]
+        assert annotated == [(b.pref_versions, b.event_ids) for b in plan.beats]
+        assert swt.session.topic == plan.topic and swt.session.period == plan.period
+    voiced = set()
+    for swt in result.sessions:
+        for i, turn in enumerate(swt.turns):
+            assert turn.role == ("user" if i % 2 == 0 else "assistant")
+            if turn.role == "assistant":
+                assert not turn.pref_versions and not turn.event_ids
+            for key in turn.pref_versions:
+                assert versions[key].valid_at(swt.session.time), (key, swt.session.time)
+                voiced.add(key)
+        assert swt.session.n_tokens == sum(t.n_tokens for t in swt.turns) > 0
+    assert set(versions) <= voiced  # every initial version and every change is voiced somewhere
+    life = {e.event_id for e in timeline.events if e.kind == "life_event"}
+    told = {eid for s in result.sessions for t in s.turns for eid in t.event_ids}
+    assert life <= told
+
+
+def test_twenty_personas_default_config_every_beat_lands(tmp_path):
+    config = load_config("default", n_personas=20, seed=3)
+    llm = fake_llm(tmp_path)
+    beats = fallbacks = 0
+    for seed in sample_personas(20, run_seed=config.seed, settings=config.personas):
+        result = build_persona_text(seed, config=config, llm=llm)
+        check_persona(result, config)
+        assert len(result.sessions) == len(config.topics) * len(config.periods)
+        beats += result.stats.beats
+        fallbacks += result.stats.fallback_beats
+    assert beats > 20 * 40
+    assert fallbacks == 0  # the fake words every beat faithfully
+
+
+def test_faulty_model_lowers_prose_never_labels(tmp_path):
+    config = load_config("smoke", n_personas=2, seed=1)
+    llm = fake_llm(tmp_path, "malformed_json=0.3&schema_violation=0.2&truncation=0.1")
+    for seed in sample_personas(2, run_seed=config.seed, settings=config.personas):
+        result = build_persona_text(seed, config=config, llm=llm)
+        check_persona(result, config)
+        flagged = [t for s in result.sessions for t in s.turns if t.fallback]
+        assert all(t.content for t in flagged)
+
+
+def test_same_seed_and_cache_give_identical_text(tmp_path):
+    config = load_config("smoke", n_personas=1, seed=5)
+    (seed,) = sample_personas(1, run_seed=5, settings=config.personas)
+    llm = fake_llm(tmp_path)
+    first = build_persona_text(seed, config=config, llm=llm)
+    again = build_persona_text(seed, config=config, llm=fake_llm(tmp_path))
+    assert first == again
+
+
+def test_filler_pool_never_mentions_a_dataset_item(tmp_path):
+    config = load_config("smoke", n_personas=1, seed=2)
+    pool = write_filler_pool(llm=fake_llm(tmp_path), config=config)
+    assert len(pool) == config.text.filler_pool_size
+    assert all(s.session.kind == "filler" and s.session.persona_id is None for s in pool)
+    planted = {"kettle", pool[0].turns[0].content.split()[-1].strip(".?")}
+    kept, dropped = filter_filler(pool, planted | {"quantum yodelling"})
+    assert dropped >= 1
+    for swt in kept:
+        assert not any(mentions(t.content, item) for t in swt.turns for item in planted)
+
+
+def test_beat_checks_catch_unfaithful_wording():
+    beat = Beat(kind="preference_update", topic="foodRecommendation", item="spicy Sichuan hotpot", stance="dislike",
+                reason="My doctor said less salt.", event="was diagnosed", pref_versions=["p@2"], event_ids=["e"])
+    ok = "My doctor said less salt, so spicy Sichuan hotpot is off the menu for me now."
+    check = dict(unvoiced=["slow-cooked ramen"], max_tokens=80, count=count_tokens)
+    assert beat_problem(beat, ok, "Understood, let's find milder dishes.", **check) is None
+    assert "does not mention" in beat_problem(beat, "I feel different about food now.", "Okay.", **check)
+    assert "restates the old preference" in beat_problem(beat, "I used to love spicy Sichuan hotpot.", "Ok.", **check)
+    assert "not voiced" in beat_problem(beat, ok, "You must love slow-cooked ramen then!", **check)
+    assert "longer than" in beat_problem(beat, ok + " word" * 200, "Ok.", **check)
+
+
+def test_fallback_exchange_voices_the_fact_plainly():
+    beat = Beat(kind="preference_update", topic="travelPlanning", item="hostel dorm rooms", stance="like",
+                reason="I started backpacking with friends", pref_versions=["p@2"])
+    user, assistant = fallback_exchange(beat, topic_label(beat.topic))
+    assert "hostel dorm rooms" in user and "backpacking" in user and "travel planning" in assistant
+    check = dict(unvoiced=[], max_tokens=300, count=count_tokens)
+    assert beat_problem(beat, user, assistant, **check) is None
+
+
+def test_profile_check_and_item_cleaning(tmp_path):
+    (seed,) = sample_personas(1, run_seed=9, settings=load_config("smoke").personas)
+    good = ProfileDraft(name="A B", age=seed.attributes.age, gender_identity=seed.attributes.gender_identity,
+                        occupation="x" * 5, location="Oslo, Norway", background="b" * 130)
+    assert profile_problem(good, seed) is None
+    assert "age" in profile_problem(good.model_copy(update={"age": seed.attributes.age + 1}), seed)
+    taken = {"ramen"}
+    raw = ["  Ramen bowls ", "- hot pot!", "hot pot", "", "x " * 40, "tea", "]/*&*/}junk here", "bunny_carnitas x"]
+    assert clean_items(raw, taken=taken, limit=5) == ["Ramen bowls", "hot pot", "junk here"]
+
+
+def test_apply_narrations_changes_text_not_facts(tmp_path):
+    config = load_config("smoke", n_personas=1, seed=4)
+    llm = fake_llm(tmp_path)
+    (seed,) = sample_personas(1, run_seed=4, settings=config.personas)
+    result = build_persona_text(seed, config=config, llm=llm)
+    timeline = result.timeline
+    effects = effects_of(timeline)
+    life = next(e for e in timeline.events if e.kind == "life_event" and effects.get(e.event_id))
+    k = len(effects[life.event_id])
+    draft = narration_draft(k)(narrative="n" * 70, reasons=[f"reason number {i} because of it" for i in range(k)])
+    out = apply_narrations(timeline, {life.event_id: draft}, effects)
+    assert out.event(life.event_id).narrative == "n" * 70
+    assert [(p.pref_id, p.version, p.stance, p.valid_from) for p in out.preferences] == \
+           [(p.pref_id, p.version, p.stance, p.valid_from) for p in timeline.preferences]
+    changed = {p.key for p in out.preferences if p.reason and p.reason.startswith("reason number")}
+    assert changed == {v.key for v in effects[life.event_id]}
+    assert all(parse_version_key(k)[1] >= 1 for k in changed)
+
+
+@pytest.mark.model
+def test_embedded_model_runs_the_text_stages_end_to_end(tmp_path):
+    """The real local path: grammars for every output model used by the text stages."""
+    config = load_config("smoke", n_personas=1, seed=7)
+    config = config.model_copy(update={"text": config.text.model_copy(update={
+        "inventory_size": 4, "small_talk_exchanges": 1, "filler_pool_size": 1, "attempts": 1})})
+    llm = LLM(LLMSettings(llm="local", cache_path=tmp_path / "cache.sqlite", max_tokens=200))
+    (seed,) = sample_personas(1, run_seed=7, settings=config.personas)
+    result = build_persona_text(seed, config=config, llm=llm)
+    check_persona(result, config)
+    assert write_filler_pool(llm=llm, config=config) is not None
+    usage = llm.usage_summary()
+    assert usage.total.backend_calls > 0
