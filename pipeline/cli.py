@@ -92,6 +92,10 @@ app.add_typer(export_app, name="export")
 app.command()(inspect)
 app.command()(prune)
 
+from pipeline.cli_prompts import prompts_app  # noqa: E402
+
+app.add_typer(prompts_app, name="prompts")
+
 
 @app.command()
 def text(

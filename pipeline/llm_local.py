@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -34,10 +35,15 @@ def default_model_path() -> Path:
 
 @dataclass
 class LoadedModel:
-    """One Llama instance per (file, n_ctx, n_threads) per process; `lock` serialises its use."""
+    """One Llama instance per (file, n_ctx, n_threads) per process; `lock` serialises its use.
+
+    Gateway calls run on the model's own single thread: llama.cpp's OpenMP team belongs to the
+    calling thread, and teams of several callers would spin against each other on few cores.
+    """
 
     llama: object
     lock: threading.Lock = field(default_factory=threading.Lock)
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="llama"))
 
     _loaded: ClassVar[dict[tuple, LoadedModel]] = {}
     _guard: ClassVar[threading.Lock] = threading.Lock()
@@ -91,8 +97,8 @@ class LocalBackend:
             return self._grammars[text]
 
     async def complete(self, request: BackendRequest) -> BackendReply:
-        """Run one constrained chat completion in a worker thread."""
-        return await asyncio.to_thread(self._complete, request)
+        """Run one constrained chat completion on the model's thread."""
+        return await asyncio.get_running_loop().run_in_executor(self.loaded().executor, self._complete, request)
 
     def _complete(self, request: BackendRequest) -> BackendReply:
         model = self.loaded()

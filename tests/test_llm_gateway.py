@@ -40,7 +40,7 @@ def test_malformed_json_is_reasked_with_the_error(tmp_path):
     assert backend.calls == 2
     reask = backend.requests[1].messages
     assert [m["role"] for m in reask] == ["system", "user", "assistant", "user"]
-    assert "did not match the required schema" in reask[-1]["content"]
+    assert "not valid JSON" in reask[-1]["content"]
     assert llm.usage_summary().total.reasks == 1
 
 

@@ -1,24 +1,27 @@
-"""A loopback OpenAI-compatible server for tests and benchmarks (stdlib only, threaded, keep-alive).
+"""A loopback OpenAI-compatible server for tests and benchmarks (stdlib asyncio, keep-alive).
 
     with OpenAIServer(latency_s=0.2) as server:      # server.base_url -> http://127.0.0.1:PORT/v1
         server.schedule(0, "rate_limit")              # fault on the first chat request
         ...
         assert server.requests == 3
 
+It runs its own event loop in a background thread, so injected latency costs no thread per request.
 Answers are valid instances of the request's json_schema response format (seeded by the request body).
 Faults: rate_limit (429 + Retry-After), server_error (500), malformed (content is not JSON),
 length (finish_reason=length), slow (sleeps `slow_s` before answering).
+`python -m tests.support.openai_server 0.2` serves in the foreground and prints the base URL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import random
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from typing import Literal
 
 from pipeline.llm_fake import SchemaFaker
@@ -48,15 +51,14 @@ class OpenAIServer:
         self.requests = 0
         self.bodies: list[dict] = []
         self.faults: dict[int, ServerFault] = {}
-        self._lock = threading.Lock()
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
+        self._server: asyncio.Server | None = None
 
     @property
     def base_url(self) -> str:
         """The URL to use as OPENAI_BASE_URL."""
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        return f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/v1"
 
     def schedule(self, index: int, fault: ServerFault) -> None:
         """Inject `fault` on the chat request with this 0-based index."""
@@ -65,12 +67,23 @@ class OpenAIServer:
     def start(self) -> OpenAIServer:
         """Start serving in a background thread."""
         self._thread.start()
+        start = asyncio.start_server(self._connection, "127.0.0.1", 0, backlog=256)
+        self._server = asyncio.run_coroutine_threadsafe(start, self._loop).result()
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._httpd.shutdown()
-        self._httpd.server_close()
+        """Stop serving, drop open connections and end the loop thread."""
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    async def _shutdown(self) -> None:
+        self._server.close()
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def __enter__(self) -> OpenAIServer:
         return self.start()
@@ -78,83 +91,93 @@ class OpenAIServer:
     def __exit__(self, *exc) -> None:
         self.stop()
 
-    def next_request(self, body: dict) -> ServerFault | None:
-        """Count one chat request and return the fault scheduled for it."""
-        with self._lock:
-            index = self.requests
-            self.requests += 1
-            self.bodies.append(body)
-        return self.faults.get(index)
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """Serve HTTP/1.1 requests on one keep-alive connection."""
+        try:
+            while request := await _read_request(reader):
+                status, payload, headers = await self._route(*request)
+                writer.write(_response(status, payload, headers))
+                await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            return  # client went away, or the server is stopping
+        finally:
+            writer.close()
+
+    async def _route(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple:
+        """(status, payload, extra headers) for one request."""
+        if self.api_key and headers.get("authorization") != f"Bearer {self.api_key}":
+            return 401, {"error": {"message": "invalid api key", "type": "invalid_request_error"}}, {}
+        if method == "GET" and path.rstrip("/").endswith("/models"):
+            data = [{"id": m, "object": "model", "created": 0, "owned_by": "test"} for m in self.models]
+            return 200, {"object": "list", "data": data}, {}
+        if method == "POST" and path.rstrip("/").endswith("/chat/completions"):
+            return await self._chat(json.loads(body or b"{}"))
+        return 404, {"error": {"message": f"no route for {method} {path}"}}, {}
+
+    async def _chat(self, body: dict) -> tuple:
+        """Count the request, wait the latency, answer or inject the scheduled fault."""
+        index = self.requests
+        self.requests += 1
+        self.bodies.append(body)
+        fault = self.faults.get(index)
+        await asyncio.sleep(self.latency_s + (self.slow_s if fault == "slow" else 0))
+        if fault == "rate_limit":
+            return 429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": str(self.retry_after_s)}
+        if fault == "server_error":
+            return 500, {"error": {"message": "boom", "type": "server_error"}}, {}
+        content = self.responder(body)
+        if fault in ("malformed", "length"):
+            content = content[: len(content) // 2] + (' "unterminated' if fault == "malformed" else "")
+        return 200, _completion(body, content, "length" if fault == "length" else "stop"), {}
+
+
+async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[str, str], bytes] | None:
+    """(method, path, lower-cased headers, body) of the next request, or None at end of stream."""
+    line = await reader.readline()
+    if not line.strip():
+        return None
+    method, path, _version = line.decode("latin-1").split(" ", 2)
+    headers: dict[str, str] = {}
+    while (header := await reader.readline()) not in (b"\r\n", b"\n", b""):
+        name, _, value = header.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    body = await reader.readexactly(int(headers.get("content-length", 0)))
+    return method, path, headers, body
+
+
+def _response(status: int, payload: dict, headers: dict[str, str]) -> bytes:
+    """One complete HTTP/1.1 response, written in a single send."""
+    data = json.dumps(payload).encode()
+    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "Content-Type: application/json",
+             f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
 
 
 def _completion(body: dict, content: str, finish_reason: str) -> dict:
     """A chat.completion object."""
     prompt = sum(len(m.get("content") or "") for m in body.get("messages", [])) // 4 + 1
+    completion = len(content) // 4 + 1
     return {
         "id": f"chatcmpl-{time.monotonic_ns()}", "object": "chat.completion", "created": int(time.time()),
         "model": body.get("model", "test-model"),
         "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
                      "finish_reason": finish_reason, "logprobs": None}],
-        "usage": {"prompt_tokens": prompt, "completion_tokens": len(content) // 4 + 1,
-                  "total_tokens": prompt + len(content) // 4 + 1},
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
     }
 
 
-def _handler_for(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
-    """A request handler class bound to `server`'s state."""
+def main() -> None:
+    """Serve in the foreground (`python -m tests.support.openai_server 0.2`); prints the base URL."""
+    import sys
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+    latency = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
+    server = OpenAIServer(latency_s=latency).start()
+    print(server.base_url, flush=True)
+    try:
+        sys.stdin.read()
+    finally:
+        server.stop()
 
-        def log_message(self, format, *args) -> None:  # noqa: A002 - stdlib signature
-            """Keep test output quiet."""
 
-        def _send(self, status: int, payload: dict, headers: dict[str, str] | None = None) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _authorised(self) -> bool:
-            if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
-                self._send(401, {"error": {"message": "invalid api key", "type": "invalid_request_error"}})
-                return False
-            return True
-
-        def do_GET(self) -> None:
-            if not self._authorised():
-                return
-            if self.path.rstrip("/").endswith("/models"):
-                data = [{"id": m, "object": "model", "created": 0, "owned_by": "test"} for m in server.models]
-                self._send(200, {"object": "list", "data": data})
-            else:
-                self._send(404, {"error": {"message": "not found"}})
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-            if not self._authorised():
-                return
-            fault = server.next_request(body)
-            time.sleep(server.latency_s + (server.slow_s if fault == "slow" else 0))
-            if fault == "rate_limit":
-                self._send(429, {"error": {"message": "rate limited", "type": "rate_limit"}},
-                           {"Retry-After": str(server.retry_after_s)})
-            elif fault == "server_error":
-                self._send(500, {"error": {"message": "boom", "type": "server_error"}})
-            else:
-                self._answer(body, fault)
-
-        def _answer(self, body: dict, fault: ServerFault | None) -> None:
-            content = server.responder(body)
-            if fault == "malformed":
-                content = content[: len(content) // 2] + ' "unterminated'
-            finish = "length" if fault == "length" else "stop"
-            if fault == "length":
-                content = content[: len(content) // 2]
-            self._send(200, _completion(body, content, finish))
-
-    return Handler
+if __name__ == "__main__":
+    main()
