@@ -19,7 +19,7 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel, Field
 
-from pipeline.budget import message_tokens, profile_text, with_token_counts
+from pipeline.budget import count_sessions, message_tokens, profile_text
 from pipeline.errors import UserError
 from pipeline.rng import derive_rng
 from schemas.context import AssemblySettings, ChatMessage, Context, Ordering, Placement, ProfileMode
@@ -70,15 +70,11 @@ class Layout(BaseModel):
     """Where each session of a context starts, in messages and in tokens."""
 
     session_ids: list[str]
+    index: dict[str, int] = Field(description="session id -> its position in the context")
     msg_start: list[int] = Field(description="message index of each session's first turn")
     tok_start: list[int] = Field(description="tokens before each session's first turn")
     n_messages: int
     n_tokens: int
-
-
-def count_sessions(sessions: Iterable[SessionWithTurns]) -> list[SessionWithTurns]:
-    """Fill missing token counts; a session already counted by the text stage is not recounted."""
-    return [with_token_counts(s) for s in sessions]
 
 
 def layout(
@@ -99,7 +95,8 @@ def layout(
         msg_start.append(n_msg)
         tok_start.append(n_tok)
         n_msg, n_tok = n_msg + session.n_turns, n_tok + session.n_tokens
-    return Layout(session_ids=session_ids, msg_start=msg_start, tok_start=tok_start, n_messages=n_msg, n_tokens=n_tok)
+    index = {sid: i for i, sid in enumerate(session_ids)}
+    return Layout(session_ids=session_ids, index=index, msg_start=msg_start, tok_start=tok_start, n_messages=n_msg, n_tokens=n_tok)
 
 
 def context_messages(context: Context, persona: Persona, sessions: dict[str, SessionWithTurns]) -> list[ChatMessage]:
@@ -156,7 +153,7 @@ def assemble_contexts(
     run_seed: int,
 ) -> PersonaAssembly:
     """One context per budget for ``persona``, with every query placed where its evidence precedes it."""
-    own = sorted((count_sessions(sessions)), key=lambda s: (s.session.time, s.session.session_id))
+    own = sorted(count_sessions(sessions), key=lambda s: (s.session.time, s.session.session_id))
     for swt in own:
         if swt.session.persona_id != persona.persona_id or swt.session.kind != "topic":
             raise AssemblyError(f"sessions: {swt.session.session_id} is not a topic session of {persona.persona_id}")
@@ -346,7 +343,7 @@ def place_queries(
 
 def place_query(context: Context, lay: Layout, prefixes: dict[str, list[int]], query: Query) -> Placement | str:
     """The placement of ``query`` in ``context``, or the reason it cannot be placed there."""
-    position = {sid: i for i, sid in enumerate(lay.session_ids)}
+    position = lay.index
     if query.anchor_session_id is None:
         end_index, end_tokens, end_session = lay.n_messages, lay.n_tokens, len(lay.session_ids)
     else:

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline import assemble_contexts as assemble_module
 from pipeline import budget as budget_module
 from pipeline.assemble_contexts import AssemblyError, assemble_all, context_messages
-from pipeline.budget import MESSAGE_OVERHEAD, message_tokens
+from pipeline.budget import MESSAGE_OVERHEAD, message_tokens, message_tokens_many
 from pipeline.tokens import count_tokens
 from schemas.context import AssemblySettings
 from schemas.query import Evidence
@@ -119,14 +120,22 @@ def test_same_seed_same_contexts_other_seed_other_filler(bundle, assembly):
     assert [c.session_ids for c in other.contexts] != [c.session_ids for c in assembly.contexts]
 
 
-def test_each_session_is_counted_once_not_per_context(bundle, monkeypatch):
-    calls = []
-    real = budget_module.count_tokens
-    monkeypatch.setattr(budget_module, "count_tokens", lambda text: calls.append(1) or real(text))
+def test_each_session_is_counted_once_not_per_context(monkeypatch):
+    fresh = make_bundle(tiny_config(n_personas=2))
+    counted: list[str] = []
+    real_one, real_many = budget_module.count_tokens, budget_module.message_tokens_many
+    monkeypatch.setattr(budget_module, "count_tokens", lambda text: counted.append(text) or real_one(text))
+    monkeypatch.setattr(budget_module, "message_tokens_many", lambda texts: counted.extend(texts) or real_many(texts))
+    monkeypatch.setattr(assemble_module, "message_tokens", budget_module.message_tokens)
     settings = AssemblySettings(budgets=[3000, 5000, 8000])
-    assemble_all(bundle.personas, bundle.sessions, bundle.queries, settings=settings, run_seed=7)
-    n_turns = sum(len(s.turns) for s in bundle.sessions)
-    assert len(calls) == n_turns + len(bundle.personas)
+    assemble_all(fresh.personas, fresh.sessions, fresh.queries, settings=settings, run_seed=7)
+    n_turns = sum(len(s.turns) for s in fresh.sessions)
+    assert len(counted) == n_turns + len(fresh.personas)
+
+
+def test_batch_counting_matches_the_message_rule():
+    texts = ["plain words", "<|endoftext|> is just text here", "emoji 🙂 and accents: café", " ", "a\n\nb"]
+    assert message_tokens_many(texts) == [message_tokens(t) for t in texts]
 
 
 def test_a_filler_pool_too_small_for_the_budget_is_a_clear_error(bundle):
