@@ -177,6 +177,7 @@ def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None)
         (staging / "README.md").write_text(render_card(manifest, tables), encoding="utf-8")
         manifest.files["README.md"] = _file_entry(staging / "README.md", None)
         (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+        _read_only(staging)
         target = parent / version
         os.rename(staging, target)
         _point_latest(parent)
@@ -205,6 +206,12 @@ def _manifest(staging: Path, info: PublishInfo, version: str, tables: dict[str, 
         stats=info.stats | {"license": info.license},
         files={f"{n}.parquet": _file_entry(staging / f"{n}.parquet", len(tables[n])) for n in TABLES},
     )
+
+
+def _read_only(directory: Path) -> None:
+    """Drop write permission from every file of a version: published versions are immutable."""
+    for path in directory.iterdir():
+        path.chmod(path.stat().st_mode & ~0o222)
 
 
 def _file_entry(path: Path, rows: int | None) -> FileEntry:

@@ -60,6 +60,7 @@ def test_publish_writes_an_immutable_version_with_manifest_and_latest(tmp_path, 
         assert entry.sha256 == _sha(path / name) and entry.bytes == (path / name).stat().st_size
     assert manifest.config["assembly"]["budgets"] == [4000, 8000]
     assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == [".lock", "latest", "v0001"]
+    assert all(not f.stat().st_mode & 0o222 for f in path.iterdir())
 
 
 def test_tables_use_zstd_and_nested_types_not_json_strings(tmp_path, tables, info):

@@ -1,0 +1,73 @@
+"""The dataset card's front matter and body, and the no-context baselines it reports."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pytest
+import yaml
+
+from pipeline.assemble_contexts import assemble_all
+from pipeline.baselines import content_words, lexical_overlap_accuracy, longest_option_accuracy
+from pipeline.dataset import publish
+from schemas.manifest import PublishInfo
+from schemas.query import Option, Query
+from schemas.tables import TABLES
+from tests.support.factories import make_bundle, tiny_config
+
+
+def _query(texts: list[str], correct: int, question: str = "Which one fits me now?") -> Query:
+    options = [Option(text=t, role="correct" if i == correct else "generic") for i, t in enumerate(texts)]
+    return Query(query_id=f"q{correct}{len(texts[0])}", persona_id="p", type="suggest_new_ideas", topic="t",
+                 as_of=datetime(2025, 1, 1), question=question, options=options, correct_index=correct)
+
+
+def test_longest_option_baseline_counts_ties_fractionally():
+    longest_right = _query(["short", "the longest option here", "mid size"], 1)
+    longest_wrong = _query(["short", "the longest option here", "mid size"], 0)
+    tie = _query(["same", "same", "abc"], 0)
+    assert longest_option_accuracy([longest_right, longest_wrong]) == 0.5
+    assert longest_option_accuracy([tie]) == 0.5
+    assert longest_option_accuracy([]) == 0.0
+
+
+def test_lexical_overlap_baseline_uses_content_words_only():
+    assert content_words("The Jazz, and the RIVER-walks!") == {"jazz", "river", "walks"}
+    q = _query(["quiet jazz evenings", "loud rock concerts", "the and of"], 0, question="Any jazz ideas for my evenings?")
+    assert lexical_overlap_accuracy([q]) == 1.0
+    stop_only = _query(["the and of", "jazz", "rock"], 0, question="The and of jazz?")
+    assert lexical_overlap_accuracy([stop_only]) == 0.0
+
+
+@pytest.fixture(scope="module")
+def card(tmp_path_factory):
+    bundle = make_bundle(tiny_config(n_personas=2))
+    result = assemble_all(bundle.personas, bundle.sessions, bundle.queries,
+                          settings=bundle.config.assembly, run_seed=bundle.config.seed)
+    tables = bundle.model_copy(update={"sessions": result.sessions}).tables(result.contexts, result.placements)
+    info = PublishInfo(config=bundle.config, code_version="test", models=["fake:test"], license="apache-2.0")
+    path = publish(tmp_path_factory.mktemp("out"), tables, info)
+    return (path / "README.md").read_text(), bundle
+
+
+def test_card_front_matter_is_what_the_hub_reads(card):
+    text, bundle = card
+    assert text.startswith("---\n")
+    meta = yaml.safe_load(text.split("---\n")[1])
+    assert meta["license"] == "apache-2.0"
+    assert meta["size_categories"] == ["n<1K"]
+    assert "question-answering" in meta["task_categories"]
+    assert [c["config_name"] for c in meta["configs"]] == list(TABLES)
+    assert all(c["data_files"] == f"{c['config_name']}.parquet" for c in meta["configs"])
+    assert [c for c in meta["configs"] if c.get("default")] == [{"config_name": "queries",
+                                                                  "data_files": "queries.parquet", "default": True}]
+
+
+def test_card_body_reports_counts_baselines_and_limitations(card):
+    text, bundle = card
+    body = text.split("---\n", 2)[2]
+    assert f"| acknowledge_latest_preferences | {len(bundle.queries)} |" in body
+    assert "| 4000 | 2 |" in body and "| 8000 | 2 |" in body
+    longest = longest_option_accuracy(bundle.queries)
+    assert f"| longest option | {longest:.1%} |" in body
+    assert "## Known limitations" in body and "fake:test" in body
