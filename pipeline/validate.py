@@ -14,6 +14,7 @@ from schemas.context import Context, Placement
 from schemas.conversation import Session, Turn
 from schemas.manifest import ValidationReport
 from schemas.query import Query
+from schemas.timeline import Timeline, TimelineError
 
 MAX_MESSAGES = 50
 TOKEN_SAMPLE = 400
@@ -47,6 +48,7 @@ def validate_tables(
     r = _Report()
     _unique_keys(tables, r)
     _references(tables, r)
+    _timelines(tables, r)
     turns_by = _turns_by_session(tables["turns"])
     sessions = {s.session_id: s for s in tables["sessions"]}
     _session_sums(sessions, turns_by, r)
@@ -109,6 +111,25 @@ def _references(t: dict[str, list[BaseModel]], r: _Report) -> None:
     _missing(r, "placements.query_id", (p.query_id for p in t["placements"]), {q.query_id for q in t["queries"]})
 
 
+def _timelines(t: dict[str, list[BaseModel]], r: _Report) -> None:
+    """Rebuild each persona's Timeline, which checks acyclicity, cause-before-effect and version chains."""
+    r.check("timelines: causal DAG and preference version invariants")
+    parts: dict[str, dict[str, list]] = defaultdict(lambda: {"events": [], "edges": [], "preferences": []})
+    for e in t["events"]:
+        parts[e.persona_id]["events"].append(e)
+    for p in t["preferences"]:
+        parts[p.persona_id]["preferences"].append(p)
+    owner = {e.event_id: e.persona_id for e in t["events"]}
+    for edge in t["event_edges"]:
+        if edge.child_event_id in owner:
+            parts[owner[edge.child_event_id]]["edges"].append(edge)
+    for persona_id, rows in parts.items():
+        try:
+            Timeline(persona_id=persona_id, **rows)
+        except TimelineError as exc:
+            r.error(f"events/preferences: persona {persona_id}: {exc}")
+
+
 def _turns_by_session(turns: list[Turn]) -> dict[str, list[Turn]]:
     out: dict[str, list[Turn]] = defaultdict(list)
     for turn in turns:
@@ -156,6 +177,8 @@ def _queries(queries: list[Query], sessions: dict[str, Session], turns_by: dict[
                 r.error(f"queries.{what}: query {q.query_id} points at missing turn {sid}#{index}")
             elif session.persona_id != q.persona_id:
                 r.error(f"queries.{what}: query {q.query_id} points at {sid}, a session of another persona")
+            elif what == "evidence" and session.time > q.as_of:
+                r.error(f"queries.evidence: query {q.query_id} at {q.as_of} cites {sid}, a later session")
 
 
 def _contexts(t: dict[str, list[BaseModel]], sessions: dict[str, Session], period_order: list[str],

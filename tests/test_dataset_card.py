@@ -45,7 +45,8 @@ def card(tmp_path_factory):
     result = assemble_all(bundle.personas, bundle.sessions, bundle.queries,
                           settings=bundle.config.assembly, run_seed=bundle.config.seed)
     tables = bundle.model_copy(update={"sessions": result.sessions}).tables(result.contexts, result.placements)
-    info = PublishInfo(config=bundle.config, code_version="test", models=["fake:test"], license="apache-2.0")
+    info = PublishInfo(config=bundle.config, code_version="test", models=["fake:test"], license="apache-2.0",
+                       stats={"unplaced": {"anchor_not_in_context": 3}})
     path = publish(tmp_path_factory.mktemp("out"), tables, info)
     return (path / "README.md").read_text(), bundle
 
@@ -71,3 +72,4 @@ def test_card_body_reports_counts_baselines_and_limitations(card):
     longest = longest_option_accuracy(bundle.queries)
     assert f"| longest option | {longest:.1%} |" in body
     assert "## Known limitations" in body and "fake:test" in body
+    assert "by reason: anchor_not_in_context 3." in body

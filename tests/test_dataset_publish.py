@@ -6,6 +6,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -117,6 +118,10 @@ def test_a_table_with_the_wrong_schema_blocks_publication(tmp_path, tables, info
         ("contexts", lambda r: r.model_copy(update={"budget_tokens": r.n_tokens - 1}), "outside"),
         ("turns", lambda r: r.model_copy(update={"n_tokens": r.n_tokens + 1}), "n_tokens"),
         ("queries", lambda r: r.model_copy(update={"persona_id": "per_nobody"}), "queries.persona_id"),
+        ("event_edges", lambda r: r.model_copy(update={"parent_event_id": r.child_event_id,
+                                                       "child_event_id": r.parent_event_id}),
+         "events/preferences: persona .*earlier"),
+        ("queries", lambda r: r.model_copy(update={"as_of": datetime(2000, 1, 1)}), "a later session"),
     ],
 )
 def test_broken_integrity_publishes_nothing_and_says_why(tmp_path, tables, info, table, change, message):
