@@ -78,7 +78,7 @@ def summarize(ds: Dataset) -> InspectSummary:
         version=ds.manifest.version,
         counts=ds.manifest.counts,
         types=dict(sorted(Counter(q.type for q in ds.queries).items())),
-        unplaced=ds.manifest.stats.get("unplaced", {}),
+        unplaced=ds.manifest.stats.get("assembly_unplaced", {}),
         budgets=budgets,
         histograms=hists,
     )

@@ -72,5 +72,5 @@ class PublishInfo(BaseModel):
     models: list[str] = Field(default_factory=list)
     usage: dict[str, Any] = Field(default_factory=dict, description="UsageSummary.model_dump() of the run")
     failures: list[Failure] = Field(default_factory=list)
-    stats: dict[str, Any] = Field(default_factory=dict, description="stage statistics, e.g. assembly.unplaced")
+    stats: dict[str, Any] = Field(default_factory=dict, description="stage statistics; assembly_unplaced: reason -> count")
     license: str = "cc-by-4.0"

@@ -46,7 +46,7 @@ def card(tmp_path_factory):
                           settings=bundle.config.assembly, run_seed=bundle.config.seed)
     tables = bundle.model_copy(update={"sessions": result.sessions}).tables(result.contexts, result.placements)
     info = PublishInfo(config=bundle.config, code_version="test", models=["fake:test"], license="apache-2.0",
-                       stats={"unplaced": {"anchor_not_in_context": 3}})
+                       stats={"assembly_unplaced": {"anchor_not_in_context": 3}})
     path = publish(tmp_path_factory.mktemp("out"), tables, info)
     return (path / "README.md").read_text(), bundle
 

@@ -26,7 +26,7 @@ def published(tmp_path_factory):
                           settings=bundle.config.assembly, run_seed=bundle.config.seed)
     tables = bundle.model_copy(update={"sessions": result.sessions}).tables(result.contexts, result.placements)
     root = tmp_path_factory.mktemp("outputs")
-    info = PublishInfo(config=bundle.config, code_version="test", stats={"unplaced": result.unplaced})
+    info = PublishInfo(config=bundle.config, code_version="test", stats={"assembly_unplaced": result.unplaced})
     return publish(root, tables, info)
 
 
