@@ -3,7 +3,7 @@
 Token rule (see pipeline/budget.py, the one place it lives): a message costs
 ``count_tokens(content) + MESSAGE_OVERHEAD``; a context costs the sum over exactly the messages a
 model receives: the profile system message(s) and every turn of every session. Sessions are
-counted once (``with_token_counts``) and every context reuses those numbers.
+counted once (``count_sessions`` fills the ``n_tokens`` caches) and every context reuses those numbers.
 
 Invariants: the persona's sessions appear in non-decreasing simulated time (so a topic's earlier
 period never follows a later one); filler sits only at session boundaries; every context ends
@@ -315,6 +315,8 @@ def _filler_slots(
 
 
 class Placed(BaseModel):
+    """The placements of one context, and per reason how many queries could not be placed in it."""
+
     placements: list[Placement]
     unplaced: dict[str, int]
 
