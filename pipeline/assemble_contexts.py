@@ -17,7 +17,7 @@ import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from pipeline.budget import count_sessions, message_tokens, profile_text
 from pipeline.errors import UserError
@@ -40,6 +40,7 @@ class FillerPool(BaseModel):
     """The shared filler sessions (counted once), reused by every context."""
 
     sessions: list[Session]
+    _by_id: dict[str, Session] = PrivateAttr(default_factory=dict)
 
     @classmethod
     def from_sessions(cls, sessions: Iterable[Session]) -> FillerPool:
@@ -49,7 +50,9 @@ class FillerPool(BaseModel):
         return cls(sessions=fillers)
 
     def by_id(self) -> dict[str, Session]:
-        return {s.session_id: s for s in self.sessions}
+        if len(self._by_id) != len(self.sessions):
+            self._by_id = {s.session_id: s for s in self.sessions}
+        return self._by_id
 
 
 class PersonaAssembly(BaseModel):
@@ -129,13 +132,12 @@ def assemble_all(
     queries_of: dict[str, list[Query]] = defaultdict(list)
     for q in queries:
         queries_of[q.persona_id].append(q)
-    out = Assembly(sessions=counted)
+    out = Assembly()
+    out.sessions = counted  # already validated models: skip revalidating every session
     unplaced: Counter[str] = Counter()
     for persona in personas:
-        part = assemble_contexts(
-            persona, by_persona[persona.persona_id], queries_of[persona.persona_id],
-            pool=pool, settings=settings, run_seed=run_seed,
-        )
+        part = _assemble(persona, by_persona[persona.persona_id], queries_of[persona.persona_id],
+                         pool=pool, settings=settings, run_seed=run_seed)
         out.contexts.extend(part.contexts)
         out.placements.extend(part.placements)
         unplaced.update(part.unplaced)
@@ -153,7 +155,19 @@ def assemble_contexts(
     run_seed: int,
 ) -> PersonaAssembly:
     """One context per budget for ``persona``, with every query placed where its evidence precedes it."""
-    own = sorted(count_sessions(sessions), key=lambda s: (s.session.time, s.session.session_id))
+    return _assemble(persona, count_sessions(sessions), queries, pool=pool, settings=settings, run_seed=run_seed)
+
+
+def _assemble(
+    persona: Persona,
+    sessions: list[SessionWithTurns],
+    queries: list[Query],
+    *,
+    pool: FillerPool,
+    settings: AssemblySettings,
+    run_seed: int,
+) -> PersonaAssembly:
+    own = sorted(sessions, key=lambda s: (s.session.time, s.session.session_id))
     for swt in own:
         if swt.session.persona_id != persona.persona_id or swt.session.kind != "topic":
             raise AssemblyError(f"sessions: {swt.session.session_id} is not a topic session of {persona.persona_id}")
