@@ -5,6 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 N ?= 180
+SEED_SET := $(SEED)
 SEED ?= 7
 PROFILE ?= default
 LLM ?=
@@ -12,7 +13,7 @@ LLM ?=
 # these flags build a portable AVX2 llama.cpp instead.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
 
-.PHONY: help install test test-slow lint prompts-check plan generate bench clean
+.PHONY: help install test test-slow lint prompts-check plan generate serve bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-15s %s\n", $$1, $$2}'
@@ -39,6 +40,12 @@ prompts-check: $(STAMP) ## lint every prompt template against its context model
 
 plan: $(STAMP) ## plan N personas' timelines without any model: make plan N=5 SEED=7
 	$(VENV)/bin/personagen plan --n $(N) --seed $(SEED) --out outputs/plan
+
+generate: $(STAMP) ## generate and publish a dataset: make generate N=180 [PROFILE=default] [LLM=local] [SEED=7]
+	$(VENV)/bin/personagen generate --n $(N) --profile $(PROFILE) $(if $(SEED_SET),--seed $(SEED),) $(if $(LLM),--llm $(LLM),)
+
+serve: $(STAMP) ## start (or reuse) a Prefect server on loopback and serve the weekly refresh deployment
+	flows/serve.sh $(PROFILE) $(if $(filter command line,$(origin N)),$(N),)
 
 bench: $(STAMP) ## run every benchmark and write bench/results.md
 	$(PY) bench/run.py

@@ -117,26 +117,24 @@ class LocalBackend:
                             output_tokens=usage.get("completion_tokens", 0))
 
 
-MAX_GRAMMAR_LENGTH = 64
+MAX_GRAMMAR_LENGTH = 800
 
 
 def grammar_schema(schema: object) -> object:
     """The schema with string length bounds the grammar can carry.
 
     llama.cpp expands `maxLength: n` into n nested optional rules, and its parser rejects large
-    expansions at sampling time with a crash rather than an error. So long bounds are dropped (or
-    capped, for minLength) here; pydantic still validates the full bounds afterwards and the gateway
-    re-asks on a violation.
+    expansions (seen from about 1,200) at sampling time with a crash rather than an error. So
+    bounds are capped at 800 here; pydantic still validates the full bounds afterwards.
     """
     if isinstance(schema, list):
         return [grammar_schema(v) for v in schema]
     if not isinstance(schema, dict):
         return schema
     out = {k: grammar_schema(v) for k, v in schema.items()}
-    if out.get("maxLength", 0) > MAX_GRAMMAR_LENGTH:
-        del out["maxLength"]
-    if out.get("minLength", 0) > MAX_GRAMMAR_LENGTH:
-        out["minLength"] = MAX_GRAMMAR_LENGTH
+    for bound in ("maxLength", "minLength"):
+        if isinstance(out.get(bound), int) and out[bound] > MAX_GRAMMAR_LENGTH:
+            out[bound] = MAX_GRAMMAR_LENGTH
     return out
 
 

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from schemas.context import AssemblySettings
+from schemas.query import QueryType
 
 DEFAULT_TOPICS: tuple[str, ...] = (
     "therapy",
@@ -101,6 +102,46 @@ class TextSettings(Strict):
     filler_exchanges: int = Field(default=4, ge=1, le=20)
 
 
+class RefreshSettings(Strict):
+    """The scheduled refresh (`make serve`): when, which personas, how many versions to keep."""
+
+    cron: str = Field(default="0 3 * * 1", description="cron in the server's time zone; default Mondays 03:00")
+    seed_policy: Literal["roll", "fixed"] = Field(
+        default="fixed", description="roll: fresh personas each refresh; fixed: same personas, only changes rerun")
+    keep: int = Field(default=4, ge=1, description="complete versions kept after each refresh")
+
+
+class QuerySettings(Strict):
+    """How many queries each persona gets, their options, and the gates that keep them honest."""
+
+    n_options: int = Field(default=4, ge=3, le=8, description="options per query, exactly one correct")
+    per_type: int = Field(default=3, ge=0, le=50, description="queries of each type per persona, as the timeline allows")
+    type_quotas: dict[QueryType, int] = Field(default_factory=dict, description="per-type overrides of per_type")
+    anchored_fraction: float = Field(
+        default=0.5, ge=0.0, le=1.0, description="share asked inside the topic's final session (the rest at the end)"
+    )
+    length_tolerance: float = Field(default=0.25, gt=0.0, lt=1.0, description="option tokens within this of the median")
+    attempts: int = Field(default=2, ge=1, le=6, description="model wordings per query before code writes it")
+    judge_shuffles: int = Field(default=3, ge=1, le=10, description="no-context judge asks per query, options shuffled")
+    judge_max_correct: int | None = Field(
+        default=None, ge=0, description="drop when the judge is right more often than this; None = shuffles - 1"
+    )
+
+    @model_validator(mode="after")
+    def _judge_bound(self) -> QuerySettings:
+        if self.judge_max_correct is not None and self.judge_max_correct >= self.judge_shuffles:
+            raise ValueError("queries.judge_max_correct must be below queries.judge_shuffles")
+        return self
+
+    def quota(self, query_type: str) -> int:
+        """Queries of ``query_type`` wanted per persona."""
+        return self.type_quotas.get(query_type, self.per_type)
+
+    def judge_limit(self) -> int:
+        """Most correct no-context answers a kept query may get."""
+        return self.judge_shuffles - 1 if self.judge_max_correct is None else self.judge_max_correct
+
+
 class RunConfig(Strict):
     """Everything that decides a dataset's content (operational settings live elsewhere)."""
 
@@ -113,7 +154,9 @@ class RunConfig(Strict):
     personas: PersonaSettings = Field(default_factory=PersonaSettings)
     timeline: TimelineSettings = Field(default_factory=TimelineSettings)
     text: TextSettings = Field(default_factory=TextSettings)
+    refresh: RefreshSettings = Field(default_factory=RefreshSettings)
     assembly: AssemblySettings = Field(default_factory=AssemblySettings)
+    queries: QuerySettings = Field(default_factory=QuerySettings)
 
     @model_validator(mode="after")
     def _unique(self) -> RunConfig:

@@ -48,7 +48,7 @@ class ProfileDraft(BaseModel):
     gender_identity: Literal["woman", "man", "nonbinary"]
     occupation: str = Field(min_length=3, max_length=80)
     location: str = Field(min_length=3, max_length=80, description="City and country.")
-    background: str = Field(min_length=120, max_length=1500,
+    background: str = Field(min_length=120, max_length=800,
                             description="4-6 sentences in third person: life story, habits, what matters to them.")
 
     @classmethod
@@ -137,7 +137,7 @@ class NarrationContext(BaseModel):
 def narration_draft(n_effects: int) -> type[BaseModel]:
     """Narrative plus exactly one reason per effect, in the order of the effects."""
     fields: dict = {
-        "narrative": (str, Field(min_length=60, max_length=900,
+        "narrative": (str, Field(min_length=60, max_length=600,
                                  description="2-4 sentences in first person telling what happened.")),
     }
     if n_effects:
@@ -189,8 +189,8 @@ class BeatContext(BaseModel):
 class ExchangeDraft(BaseModel):
     """One user message and the assistant's reply."""
 
-    user: str = Field(min_length=15, max_length=1200, description="What the user says, in their own style.")
-    assistant: str = Field(min_length=15, max_length=1500,
+    user: str = Field(min_length=15, max_length=800, description="What the user says, in their own style.")
+    assistant: str = Field(min_length=15, max_length=800,
                            description="The assistant's helpful reply; it only repeats what the user said.")
 
     @classmethod
