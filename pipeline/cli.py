@@ -117,6 +117,11 @@ def text(
     console.print(report)
 
 
+from pipeline.cli_generate import generate  # noqa: E402
+
+app.command()(generate)
+
+
 def main() -> None:
     app()
 

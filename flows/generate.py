@@ -1,0 +1,116 @@
+"""The main job: `generate-benchmark`, one Prefect task per persona, then assembly and publishing."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Literal, Protocol
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
+from prefect.cache_policies import NO_CACHE
+from prefect.futures import as_completed
+from prefect.task_runners import ThreadPoolTaskRunner
+
+from pipeline.errors import UserError
+from pipeline.llm_errors import ConfigError
+from pipeline.run import JobResult, RunSpec, check_failures, filler_job, model_name, persona_job, publish_run
+from pipeline.sample_personas import sample_personas
+from schemas.llm import UsageSummary
+from schemas.manifest import Failure
+from schemas.persona import PersonaSeed
+
+
+class Reporter(Protocol):
+    """Receives progress from the flow (the CLI shows it with rich; tests may record it)."""
+
+    def persona_done(self, index: int, from_checkpoint: bool, failed: bool) -> None: ...
+    def stage(self, name: str) -> None: ...
+
+
+REPORTER: ContextVar[Reporter | None] = ContextVar("personagen_reporter", default=None)
+
+
+def _transient(task, task_run, state) -> bool:
+    """Retry a persona task unless it failed on configuration or bad input (retrying cannot help)."""
+    try:
+        state.result()
+    except (ConfigError, UserError):
+        return False
+    except Exception:  # anything else may be transient (a crashed call, a full disk that got freed)
+        return True
+    return False
+
+
+@task(name="persona-pipeline", task_run_name="persona-{seed.index}", retries=2, retry_delay_seconds=[1, 5],
+      retry_condition_fn=_transient, cache_policy=NO_CACHE, persist_result=False)
+def persona_task(seed: PersonaSeed, spec: RunSpec) -> JobResult:
+    return persona_job(seed, spec)
+
+
+@task(name="filler-pool", retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=_transient,
+      cache_policy=NO_CACHE, persist_result=False)
+def filler_task(spec: RunSpec):
+    return filler_job(spec)
+
+
+@task(name="publish-dataset", cache_policy=NO_CACHE, persist_result=False)
+def publish_task(spec: RunSpec, results, filler, usage: UsageSummary, failures: list[Failure], models, stats) -> str:
+    return str(publish_run(spec, results, filler, usage=usage, failures=failures, models=models, extra_stats=stats))
+
+
+@flow(name="generate-benchmark", persist_result=False, log_prints=False)
+def generate_benchmark(spec: RunSpec) -> str:
+    """Seed personas, run each persona's stages concurrently, then assemble and publish one version."""
+    reporter = REPORTER.get()
+    seeds = sample_personas(spec.config.n_personas, run_seed=spec.config.seed, settings=spec.config.personas)
+    filler_future = filler_task.submit(spec)
+    futures = {persona_task.submit(seed, spec): seed for seed in seeds}
+    progress = create_progress_artifact(progress=0.0, key="generate-progress", description="personas done")
+    done: dict[int, JobResult] = {}
+    failures: list[Failure] = []
+    for i, future in enumerate(as_completed(list(futures)), start=1):
+        seed = futures[future]
+        try:
+            done[seed.index] = future.result()
+        except Exception as exc:
+            failures.append(Failure(persona_index=seed.index, stage="persona", reason=_one_line(exc)))
+        if reporter:
+            job = done.get(seed.index)
+            reporter.persona_done(seed.index, bool(job and job.from_checkpoint), job is None)
+        update_progress_artifact(progress, progress=100.0 * i / len(seeds))
+    check_failures(spec, len(seeds), failures)
+    filler, filler_usage = filler_future.result()
+    usage = UsageSummary()
+    for job in done.values():
+        usage.merge(job.usage)
+    usage.merge(filler_usage)
+    results = [done[i].result for i in sorted(done)]
+    stats = {"personas_from_checkpoint": sum(j.from_checkpoint for j in done.values()),
+             "query_stats": [r.query_stats for r in results]}
+    if reporter:
+        reporter.stage("assemble + publish")
+    path = publish_task(spec, results, filler, usage, sorted(failures, key=lambda f: f.persona_index or 0),
+                        [model_name(spec.llm)], stats)
+    create_markdown_artifact(markdown=Path(path, "README.md").read_text(encoding="utf-8"), key="dataset-card",
+                             description=f"published {path}")
+    get_run_logger().info("published %s", path)
+    return path
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
+
+
+def run_generate(spec: RunSpec, *, runner: Literal["thread", "dask"] = "thread", workers: int = 4,
+                 dask_address: str | None = None) -> Path:
+    """Run the flow with the chosen task runner; returns the published version's path."""
+    if runner == "dask":
+        from prefect_dask import DaskTaskRunner
+
+        task_runner = (DaskTaskRunner(address=dask_address) if dask_address else DaskTaskRunner(
+            cluster_kwargs={"n_workers": workers, "processes": True, "threads_per_worker": 1}))
+    else:
+        task_runner = ThreadPoolTaskRunner(max_workers=workers)
+    return Path(generate_benchmark.with_options(task_runner=task_runner)(spec))

@@ -1,0 +1,133 @@
+"""`personagen generate`: plan and ETA, the Prefect flow with a live progress display, then a summary."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from pipeline.config import load_config
+from pipeline.errors import UserError
+from schemas.llm import LLMSettings
+
+console = Console()
+
+
+class RichReporter:
+    """Shows personas done (with ETA) and the current stage."""
+
+    def __init__(self, progress: Progress, total: int) -> None:
+        self.progress = progress
+        self.personas = progress.add_task("personas (text + queries)", total=total)
+        self.reused = 0
+
+    def persona_done(self, index: int, from_checkpoint: bool, failed: bool) -> None:
+        self.reused += from_checkpoint
+        self.progress.advance(self.personas)
+
+    def stage(self, name: str) -> None:
+        self.progress.add_task(name, total=None)
+
+
+def _plan_table(estimate, config, llm_name: str) -> Table:
+    table = Table(title=f"plan: {config.dataset}, {estimate.personas} personas, {llm_name}")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    eta = f"{estimate.eta_s / 3600:.1f} h" if estimate.eta_s and estimate.eta_s > 5400 else (
+        f"{estimate.eta_s / 60:.1f} min" if estimate.eta_s else "unknown")
+    for name, value in [
+        ("topics x periods", f"{len(config.topics)} x {len(config.periods)}"),
+        ("sessions", f"{estimate.sessions:,}"),
+        ("expected LLM calls", f"{estimate.llm_calls:,}"),
+        ("expected generated tokens", f"{estimate.output_tokens:,}"),
+        ("expected prompt tokens", f"{estimate.input_tokens:,}"),
+        ("cost", f"${estimate.cost_usd:,.2f}" if estimate.cost_usd is not None else "n/a (no price configured)"),
+        ("measured speed", f"{estimate.tokens_per_s:,.0f} tokens/s" if estimate.tokens_per_s else "unknown"),
+        ("ETA (cache misses only)", eta),
+        ("budgets", ", ".join(f"{b:,}" for b in sorted(config.assembly.budgets))),
+    ]:
+        table.add_row(name, value)
+    return table
+
+
+def generate(
+    n: Annotated[int | None, typer.Option("--n", help="number of personas (default: the profile's)")] = None,
+    profile: Annotated[str, typer.Option(help="smoke | default | paper | a YAML file")] = "default",
+    seed: Annotated[int | None, typer.Option(help="run seed (default: the profile's)")] = None,
+    llm: Annotated[str | None, typer.Option("--llm", envvar="LLM", help="fake | local[:path.gguf] | openai:<model>")] = None,
+    outputs: Annotated[Path, typer.Option(help="root folder of published datasets")] = Path("outputs"),
+    cache: Annotated[Path, typer.Option(help="LLM response cache (SQLite)")] = Path("outputs/.cache/llm.sqlite"),
+    workers: Annotated[int, typer.Option(help="personas processed concurrently")] = 4,
+    runner: Annotated[str, typer.Option(help="thread | dask")] = "thread",
+    dask_address: Annotated[str | None, typer.Option(help="tcp://host:port of a Dask scheduler")] = None,
+    keep: Annotated[int | None, typer.Option(help="keep only the newest K versions")] = None,
+    cache_only: Annotated[bool, typer.Option(help="fail on any cache miss instead of calling the model")] = False,
+    dry_run: Annotated[bool, typer.Option(help="print the plan and ETA, then stop")] = False,
+) -> None:
+    """Generate a benchmark dataset and publish it as a new version under OUTPUTS/<dataset>/."""
+    from pipeline.cli import fail
+    from pipeline.estimate import estimate_run
+    from pipeline.llm import LLM, LLMError
+    from pipeline.run import RunSpec
+
+    if runner not in ("thread", "dask"):
+        raise fail(f"--runner: expected thread or dask, got {runner!r}")
+    try:
+        config = load_config(profile, n_personas=n, seed=seed)
+        settings = LLMSettings(llm=llm, cache_path=cache, cache_only=cache_only)
+        gateway = LLM(settings)
+        gateway.preflight()
+        estimate = estimate_run(config, gateway, workers=workers)
+    except (UserError, LLMError) as exc:
+        raise fail(str(exc)) from None
+    console.print(_plan_table(estimate, config, gateway.name))
+    if dry_run:
+        return
+    spec = RunSpec(config=config, llm=settings, outputs=outputs, keep=keep)
+    path = _run(spec, runner=runner, workers=workers, dask_address=dask_address, total=config.n_personas)
+    _summary(path)
+
+
+def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: int) -> Path:
+    from flows.generate import REPORTER, run_generate
+    from pipeline.cli import fail
+
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+    started = time.perf_counter()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn())
+    try:
+        with Progress(*columns, console=console) as progress:
+            token = REPORTER.set(RichReporter(progress, total))
+            try:
+                path = run_generate(spec, runner=runner, workers=workers, dask_address=dask_address)
+            finally:
+                REPORTER.reset(token)
+    except UserError as exc:
+        raise fail(str(exc)) from None
+    console.print(f"finished in {time.perf_counter() - started:.1f} s")
+    return path
+
+
+def _summary(path: Path) -> None:
+    import json
+
+    manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
+    table = Table(title=f"published {path}")
+    table.add_column("table")
+    table.add_column("rows", justify="right")
+    for name, count in manifest["counts"].items():
+        table.add_row(name, f"{count:,}")
+    console.print(table)
+    console.print(
+        "Load it with:\n"
+        f"  python -c \"from pipeline.dataset import load; d = load('{path}'); print(d)\"\n"
+        f"  duckdb -c \"select type, count(*) from '{path}/queries.parquet' group by type\"\n"
+        f"  personagen export personamem {path} --out {path.parent}/personamem_format"
+    )

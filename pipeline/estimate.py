@@ -1,0 +1,68 @@
+"""The plan printed before a run: sizes, expected LLM calls and tokens, cost, and an ETA."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from pipeline.beats import plan_sessions
+from pipeline.llm import LLM
+from pipeline.plan import build_plan
+from pipeline.specs import PING
+from schemas.config import RunConfig
+
+# Typical generated tokens per call of each kind (measured on the fake and embedded backends).
+OUTPUT_TOKENS = {"profile": 150, "inventory": 110, "narration": 120, "beat": 110, "small_talk": 75, "query": 160}
+PROMPT_SPEEDUP = 8.0  # prompt tokens are processed this many times faster than tokens are generated
+
+
+class Estimate(BaseModel):
+    personas: int
+    sessions: int
+    llm_calls: int
+    output_tokens: int
+    input_tokens: int
+    cost_usd: float | None
+    tokens_per_s: float | None
+    eta_s: float | None
+
+
+def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
+    """Average calls of each kind per persona, from the code-only plan of the first personas."""
+    plan = build_plan(config.model_copy(update={"n_personas": min(sample, config.n_personas)}))
+    n = len(plan.personas)
+    beats = sum(len(s.beats) for p, t in zip(plan.personas, plan.timelines, strict=True)
+                for s in plan_sessions(p, t, config=config))
+    life = sum(e.kind == "life_event" for t in plan.timelines for e in t.events)
+    sessions = len(config.topics) * len(config.periods) * config.text.sessions_per_period
+    queries = getattr(getattr(config, "queries", None), "per_persona", 7 * 2)
+    return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": beats / n,
+            "small_talk": sessions if config.text.small_talk_exchanges else 0, "query": queries, "sessions": sessions}
+
+
+def measured_speed(llm: LLM) -> float | None:
+    """Generated tokens per second of the backend, from one probe call (cached, so measured once)."""
+    context = PING.sample_context()
+    key = llm.cache_key(PING, context)
+    if llm.cache.get(key) is None:
+        llm.generate(PING, context, stage="estimate")
+    record = llm.cache.get(key)
+    if record is None or record.latency_s <= 0 or record.output_tokens <= 0:
+        return None
+    return record.output_tokens / record.latency_s
+
+
+def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
+    """Sizes from the plan, tokens from typical sizes, time from the backend's measured speed."""
+    counts = per_persona_counts(config)
+    n = config.n_personas
+    calls = sum(v for k, v in counts.items() if k != "sessions") * n + config.text.filler_pool_size
+    out = sum(OUTPUT_TOKENS[k] * v for k, v in counts.items() if k in OUTPUT_TOKENS) * n
+    out += config.text.filler_pool_size * OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
+    inp = int(calls * 350)
+    speed = measured_speed(llm)
+    parallel = 1 if llm.backend.provider == "local" else min(workers * 4, llm.settings.max_concurrency)
+    eta = (out + inp / PROMPT_SPEEDUP) / speed / parallel if speed else None
+    price = llm.settings.prices.get(llm.backend.model)
+    cost = (inp * price.input_per_mtok + out * price.output_per_mtok) / 1e6 if price else None
+    return Estimate(personas=n, sessions=int(counts["sessions"] * n), llm_calls=int(calls), output_tokens=int(out),
+                    input_tokens=inp, cost_usd=cost, tokens_per_s=speed, eta_s=eta)

@@ -1,0 +1,128 @@
+"""Run-level orchestration without Prefect: per-persona jobs, the filler pool, assembly and publishing.
+
+flows/ wraps these functions in Prefect tasks; everything here is plain, testable Python.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from pipeline.assemble_contexts import assemble_all
+from pipeline.checkpoint import Checkpoints, PersonaResult, run_fingerprint
+from pipeline.dataset import publish
+from pipeline.errors import UserError
+from pipeline.filler import filter_filler, write_filler_pool
+from pipeline.generate_queries import generate_queries
+from pipeline.llm import LLM
+from pipeline.llm_backends import make_backend, resolve_backend_string
+from pipeline.persona_text import build_persona_text
+from pipeline.prompting import PromptEnv
+from pipeline.specs import ALL_SPECS
+from schemas.config import RunConfig
+from schemas.conversation import SessionWithTurns
+from schemas.llm import LLMSettings, UsageSummary
+from schemas.manifest import Failure, PublishInfo
+from schemas.persona import PersonaSeed
+
+
+class RunFailed(UserError):
+    """Too many personas failed; nothing was published."""
+
+
+class RunSpec(BaseModel):
+    """Everything a job needs, picklable so Dask workers can receive it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    config: RunConfig
+    llm: LLMSettings
+    outputs: Path = Path("outputs")
+    keep: int | None = None
+    max_failure_fraction: float = Field(default=0.05, ge=0.0, le=1.0)
+
+    @property
+    def checkpoints(self) -> Checkpoints:
+        return Checkpoints(self.llm.cache_path.parent / "personas")
+
+
+def model_name(settings: LLMSettings) -> str:
+    """``provider:model`` of the backend the settings select, without opening a cache or loading it."""
+    backend = make_backend(resolve_backend_string(settings), settings)
+    return f"{backend.provider}:{backend.model}"
+
+
+def template_fingerprints() -> dict[str, str]:
+    env = PromptEnv()
+    return {spec.template: env.fingerprint(spec.template) for spec in ALL_SPECS.values()}
+
+
+def fingerprint(spec: RunSpec, llm_name: str) -> str:
+    s = spec.llm
+    llm_key = {"llm": llm_name, "temperature": s.temperature, "top_p": s.top_p, "max_tokens": s.max_tokens,
+               "seed": s.seed, "reask": s.reask}
+    return run_fingerprint(spec.config, llm_key=llm_key, templates=template_fingerprints())
+
+
+class JobResult(BaseModel):
+    result: PersonaResult
+    usage: UsageSummary
+    from_checkpoint: bool
+
+
+def persona_job(seed: PersonaSeed, spec: RunSpec) -> JobResult:
+    """One persona end to end (text stages + queries), or its checkpoint when nothing changed."""
+    llm = LLM(spec.llm)
+    key = fingerprint(spec, llm.name)
+    cached = spec.checkpoints.load(seed, key)
+    if cached is not None:
+        return JobResult(result=cached, usage=UsageSummary(), from_checkpoint=True)
+    text = build_persona_text(seed, config=spec.config, llm=llm)
+    queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=spec.config)
+    result = PersonaResult(text=text, queries=queries, query_stats=stats.model_dump(mode="json"))
+    spec.checkpoints.save(seed, key, result)
+    return JobResult(result=result, usage=llm.usage_summary(), from_checkpoint=False)
+
+
+def filler_job(spec: RunSpec) -> tuple[list[SessionWithTurns], UsageSummary]:
+    """The dataset's filler pool (cached per call like everything else)."""
+    llm = LLM(spec.llm)
+    return write_filler_pool(llm=llm, config=spec.config), llm.usage_summary()
+
+
+def check_failures(spec: RunSpec, n: int, failures: list[Failure]) -> None:
+    """Refuse to publish when more than the allowed fraction of personas failed."""
+    if n and len(failures) / n > spec.max_failure_fraction:
+        first = failures[0]
+        raise RunFailed(f"{len(failures)} of {n} personas failed (allowed {spec.max_failure_fraction:.0%}); "
+                        f"nothing published; first: persona {first.persona_index}: {first.reason}")
+
+
+def publish_run(spec: RunSpec, results: list[PersonaResult], filler: list[SessionWithTurns], *,
+                usage: UsageSummary, failures: list[Failure], models: list[str], extra_stats: dict) -> Path:
+    """Filter the filler, assemble every context, validate and publish one immutable version."""
+    config = spec.config
+    items = {p.item for r in results for p in r.text.timeline.preferences}
+    kept_filler, dropped = filter_filler(filler, items)
+    sessions = [s for r in results for s in r.text.sessions] + kept_filler
+    queries = [q for r in results for q in r.queries]
+    personas = [r.text.persona for r in results]
+    assembly = assemble_all(personas, sessions, queries, settings=config.assembly, run_seed=config.seed)
+    placed = {p.query_id for p in assembly.placements}
+    tables = {
+        "personas": personas,
+        "preferences": [p for r in results for p in r.text.timeline.preferences],
+        "events": [e for r in results for e in r.text.timeline.events],
+        "event_edges": [e for r in results for e in r.text.timeline.edges],
+        "sessions": [s.session for s in assembly.sessions],
+        "turns": [t for s in assembly.sessions for t in s.turns],
+        "queries": [q for q in queries if q.query_id in placed],
+        "contexts": assembly.contexts,
+        "placements": assembly.placements,
+    }
+    stats = {**extra_stats, "filler_dropped": dropped, "assembly_unplaced": assembly.unplaced,
+             "queries_unplaced": len(queries) - len(tables["queries"])}
+    info = PublishInfo(config=config, template_fingerprints=template_fingerprints(), models=models,
+                       usage=usage.model_dump(mode="json"), failures=failures, stats=stats)
+    return publish(spec.outputs, tables, info, keep=spec.keep)
