@@ -3,6 +3,7 @@
     llm = LLM(settings)                 # backend from settings.llm / $LLM / auto
     llm.preflight()                     # one-line ConfigError before any work
     draft = llm.generate(SPEC, context, sample_index=0)   # or: await llm.agenerate(...)
+    reply = llm.chat(messages, stage="evaluate")          # free text (no schema): ChatReply
 
 Every call runs on one background event loop per process (pipeline.llm_limits.Runtime), so the sync
 API works from any thread, Prefect task threads and threads that run their own loop included.
@@ -28,9 +29,21 @@ from pipeline.prompting import PromptEnv, PromptSpec
 from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings, TokenCount, UsageSummary
 
-__all__ = ["LLM", "LLMError", "ConfigError", "CacheMiss", "CallFailed", "LLMSettings", "UsageSummary"]
+__all__ = ["LLM", "LLMError", "ConfigError", "CacheMiss", "CallFailed", "LLMSettings", "UsageSummary", "ChatReply"]
 
 REASK = "Your previous reply was rejected: {problem}\nReply again with a corrected answer to the request above."
+CHAT_FINGERPRINT = "free-text-chat"
+
+
+class ChatReply(BaseModel):
+    """A free-text reply: text, usage, latency of the call that produced it, and whether it was cached."""
+
+    text: str
+    finish_reason: str = "stop"
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_s: float = 0.0
+    cached: bool = False
 
 
 class LLM:
@@ -80,6 +93,26 @@ class LLM:
                       stage: str | None = None) -> list[BaseModel]:
         """Run many calls concurrently (within the limits); every call finishes before the first error is raised."""
         return self.runtime.run(self._generate_many(spec, contexts, sample_index, stage))
+
+    def chat(self, messages: Sequence[dict[str, str]], *, stage: str = "evaluate", sample_index: int = 0,
+             context: BaseModel | None = None) -> ChatReply:
+        """Blocking `achat`, usable from any thread."""
+        return self.runtime.run(self._chat([dict(m) for m in messages], stage, sample_index, context))
+
+    async def achat(self, messages: Sequence[dict[str, str]], *, stage: str = "evaluate", sample_index: int = 0,
+                    context: BaseModel | None = None) -> ChatReply:
+        """A free-text reply (no output schema), cached, throttled and retried like `agenerate`.
+
+        `context` reaches the backend only (the fake backend's scripted answers read it), never the key.
+        """
+        return await self.runtime.run_async(self._chat([dict(m) for m in messages], stage, sample_index, context))
+
+    def chat_key(self, messages: list[dict[str, str]], *, sample_index: int = 0) -> CacheKey:
+        """The cache key of a free-text call: provider, model, messages, sampling, sample index."""
+        s = self.settings
+        return CacheKey(provider=self.backend.provider, model=self.backend.model, messages=messages,
+                        output_schema={}, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
+                        seed=s.seed, sample_index=sample_index, template_fingerprint=CHAT_FINGERPRINT)
 
     def usage_summary(self) -> UsageSummary:
         """A copy of this gateway's totals: overall, per stage, per model."""
@@ -143,6 +176,46 @@ class LLM:
             seed=key.seed + sample_index, timeout_s=self.settings.timeout_s, key=digest,
         )
         return await self._call(spec, request, stage)
+
+    async def _chat(self, messages: list[dict[str, str]], stage: str, sample_index: int,
+                    context: BaseModel | None) -> ChatReply:
+        key = self.chat_key(messages, sample_index=sample_index)
+        digest = key.digest()
+        hit = self.cache.get(digest)
+        if hit is not None:
+            self._record(stage, TokenCount(calls=1, cache_hits=1))
+            return ChatReply(text=hit.raw or "", finish_reason=hit.finish_reason or "stop", cached=True,
+                             input_tokens=hit.input_tokens, output_tokens=hit.output_tokens, latency_s=hit.latency_s)
+        if self.settings.cache_only:
+            raise CacheMiss(f"cache-only: no cached response for chat.{stage} (key {digest[:16]})")
+        request = BackendRequest(
+            messages=messages, output=ChatReply, schema={}, context=context or ChatReply(text=""),
+            temperature=key.temperature, top_p=key.top_p, max_tokens=key.max_tokens,
+            seed=key.seed + sample_index, timeout_s=self.settings.timeout_s, key=digest, free_text=True,
+        )
+        count, started = TokenCount(calls=1), time.monotonic()
+        try:
+            reply = await self._send(request, count)
+        except LLMError as exc:
+            count.failures += 1
+            self._record(stage, count)
+            self._store_chat(request, stage, None, count, started, error=str(exc))
+            raise
+        self._record(stage, count)
+        self._store_chat(request, stage, reply, count, started)
+        return ChatReply(text=reply.text, finish_reason=reply.finish_reason, input_tokens=count.input_tokens,
+                         output_tokens=count.output_tokens, latency_s=time.monotonic() - started)
+
+    def _store_chat(self, request: BackendRequest, stage: str, reply: BackendReply | None, count: TokenCount,
+                    started: float, error: str | None = None) -> None:
+        self.cache.put(CallRecord(
+            key=request.key, status="ok" if reply else "failed", spec=f"chat.{stage}", provider=self.backend.provider,
+            model=self.backend.model, request=json.dumps(request.messages), raw=reply.text if reply else None,
+            output=reply.text if reply else None, finish_reason=reply.finish_reason if reply else None,
+            input_tokens=count.input_tokens, output_tokens=count.output_tokens,
+            latency_s=time.monotonic() - started, attempts=count.backend_calls,
+            error=error,
+        ))
 
     async def _call(self, spec: PromptSpec, request: BackendRequest, stage: str) -> BaseModel:
         """Ask, validate, re-ask with the error; store the outcome either way."""

@@ -29,6 +29,7 @@ class BackendRequest:
     timeout_s: float
     key: str
     attempt: int = 0
+    free_text: bool = False  # LLM.chat: no output schema or grammar; `output`/`schema` are unused
 
 
 class BackendReply(BaseModel):

@@ -2,6 +2,10 @@
 
 An output model may define `fake_output(cls, context, rng) -> instance` (a classmethod) to make fake
 text realistic; otherwise a generic builder walks the model's JSON schema.
+
+Free-text calls (`LLM.chat`) get a scripted multiple-choice answer, chosen by `fake?answer=...`:
+`correct` (the letter in the call context's `correct_letter`), a letter such as `a`, `none` (an
+unparseable reply), or by default a seeded random letter; the script is part of the model name.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class FaultPlan(BaseModel):
 
     faults: list[Fault] = Field(default_factory=list)
     latency_s: float = 0.0
+    answer: str | None = Field(default=None, description="free-text script: correct | none | a letter")
 
     @classmethod
     def parse(cls, query: str) -> FaultPlan:
@@ -52,6 +57,8 @@ class FaultPlan(BaseModel):
         for name, value in parse_qsl(query, strict_parsing=bool(query)):
             if name == "latency_s":
                 plan.latency_s = float(value)
+            elif name == "answer":
+                plan.answer = _answer_script(value)
             elif name in FaultKind.__args__:
                 plan.faults.append(_parse_fault(name, value))
             else:
@@ -81,6 +88,8 @@ class FakeBackend:
 
     def __init__(self, plan: FaultPlan | None = None) -> None:
         self.plan = plan or FaultPlan()
+        if self.plan.answer:
+            self.model = f"fake-answer-{self.plan.answer}"
         self.calls = 0
         self.requests: list[BackendRequest] = []
         self.in_flight = 0
@@ -100,10 +109,36 @@ class FakeBackend:
             if self.plan.latency_s:
                 await asyncio.sleep(self.plan.latency_s)
             fault = self.plan.pick(index, _rng(request.key, "fault", request.attempt))
-            text = fake_json(request.output, request.context, _rng(request.key, "answer"), request.schema)
+            rng = _rng(request.key, "answer")
+            text = scripted_answer(self.plan.answer, request.context, rng) if request.free_text \
+                else fake_json(request.output, request.context, rng, request.schema)
             return await _apply(fault, text, request)
         finally:
             self.in_flight -= 1
+
+
+def _answer_script(value: str) -> str:
+    """Check an `answer=` script: correct, none, or one option letter."""
+    if value in ("correct", "none") or (len(value) == 1 and value.isalpha()):
+        return value.lower()
+    raise ConfigError(f"fake backend answer={value!r}: use correct, none or an option letter")
+
+
+ANSWER_SHAPES = ("<final_answer>({letter})", "I would pick ({letter}).\n<final_answer> {upper}",
+                 "The answer is option {upper}.", "Answer: {letter}", "**({letter})**")
+
+
+def scripted_answer(script: str | None, context: BaseModel, rng: random.Random) -> str:
+    """A free-text multiple-choice reply in one of several real-world shapes."""
+    if script == "none":
+        return "I cannot decide between these options."
+    letter = script if script and script != "correct" else None
+    if script == "correct":
+        letter = getattr(context, "correct_letter", None)
+        if letter is None:
+            raise ConfigError("fake answer=correct needs a call context with correct_letter")
+    letter = letter or rng.choice("abcd")
+    return rng.choice(ANSWER_SHAPES).format(letter=letter, upper=letter.upper())
 
 
 def _rng(*parts: object) -> random.Random:

@@ -102,7 +102,7 @@ class LocalBackend:
 
     def _complete(self, request: BackendRequest) -> BackendReply:
         model = self.loaded()
-        grammar, _exact = self.grammar(request.schema)
+        grammar = None if request.free_text else self.grammar(request.schema)[0]
         with model.lock:
             try:
                 result = model.llama.create_chat_completion(

@@ -69,7 +69,8 @@ class OpenAIBackend:
         try:
             # Sent as extra_body: the same request on the wire, without the SDK's per-call type walk over
             # response_format (about 1 ms of event-loop CPU per call, which caps throughput at high concurrency).
-            message = await self.chat.ainvoke(request.messages, extra_body={"response_format": response_format},
+            extra_body = {} if request.free_text else {"response_format": response_format}
+            message = await self.chat.ainvoke(request.messages, extra_body=extra_body,
                                               seed=request.seed, temperature=request.temperature,
                                               top_p=request.top_p, max_completion_tokens=request.max_tokens)
         except openai.LengthFinishReasonError as exc:
