@@ -14,7 +14,16 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from pipeline.errors import UserError
 from pipeline.llm_errors import ConfigError
-from pipeline.run import JobResult, RunSpec, check_failures, filler_job, model_name, persona_job, publish_run
+from pipeline.run import (
+    JobResult,
+    RunSpec,
+    check_failures,
+    complete_filler,
+    filler_job,
+    model_name,
+    persona_job,
+    publish_run,
+)
 from pipeline.sample_personas import sample_personas
 from schemas.llm import UsageSummary
 from schemas.manifest import Failure
@@ -54,6 +63,12 @@ def filler_task(spec: RunSpec):
     return filler_job(spec)
 
 
+@task(name="filler-top-up", retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=_transient,
+      cache_policy=NO_CACHE, persist_result=False)
+def filler_top_up_task(spec: RunSpec, filler, items: set[str]):
+    return complete_filler(spec, filler, items)
+
+
 @task(name="publish-dataset", cache_policy=NO_CACHE, persist_result=False)
 def publish_task(spec: RunSpec, results, filler, usage: UsageSummary, failures: list[Failure], models, stats) -> str:
     return str(publish_run(spec, results, filler, usage=usage, failures=failures, models=models, extra_stats=stats))
@@ -80,16 +95,20 @@ def generate_benchmark(spec: RunSpec) -> str:
             reporter.persona_done(seed.index, bool(job and job.from_checkpoint), job is None)
         update_progress_artifact(progress, progress=100.0 * i / len(seeds))
     check_failures(spec, len(seeds), failures)
+    results = [done[i].result for i in sorted(done)]
+    if reporter:
+        reporter.stage("filler pool, assembly, validation, publish")
     filler, filler_usage = filler_future.result()
+    items = {p.item for r in results for p in r.text.timeline.preferences}
+    filler, filler_dropped, top_up_usage = filler_top_up_task(spec, filler, items)
     usage = UsageSummary()
-    for job in done.values():
+    for job in [*done.values()]:
         usage.merge(job.usage)
     usage.merge(filler_usage)
-    results = [done[i].result for i in sorted(done)]
+    usage.merge(top_up_usage)
     stats = {"personas_from_checkpoint": sum(j.from_checkpoint for j in done.values()),
+             "filler_sessions": len(filler), "filler_dropped": filler_dropped,
              "query_stats": [r.query_stats for r in results]}
-    if reporter:
-        reporter.stage("assemble + publish")
     path = publish_task(spec, results, filler, usage, sorted(failures, key=lambda f: f.persona_index or 0),
                         [model_name(spec.llm)], stats)
     create_markdown_artifact(markdown=Path(path, "README.md").read_text(encoding="utf-8"), key="dataset-card",

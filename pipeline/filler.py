@@ -27,21 +27,31 @@ def filler_subjects() -> tuple[str, ...]:
     return tuple(yaml.safe_load(SUBJECTS.read_text(encoding="utf-8"))["subjects"])
 
 
-def write_filler_pool(*, llm: LLM, config: RunConfig) -> list[SessionWithTurns]:
-    """``filler_pool_size`` sessions on seeded everyday subjects; failed calls are skipped, not faked."""
-    n, size = config.text.filler_exchanges, config.text.filler_pool_size
-    rng = derive_rng(config.seed, "filler")
-    subjects = [filler_subjects()[i % len(filler_subjects())] for i in range(size)]
-    rng.shuffle(subjects)
+def write_filler_pool(*, llm: LLM, config: RunConfig, start: int = 0, count: int | None = None) -> list[SessionWithTurns]:
+    """Filler sessions ``start .. start+count`` (default: the configured pool) on seeded everyday subjects.
+
+    Session i is the same whatever ``count`` is, so a pool can grow; failed calls are skipped, not faked.
+    """
+    n = config.text.filler_exchanges
+    count = config.text.filler_pool_size if count is None else count
     spec = replace(FILLER, output=small_talk_draft(n))
     pool = []
-    for index, subject in enumerate(subjects):
+    for index in range(start, start + count):
+        subject = filler_subject(config.seed, index)
         try:
             draft = llm.generate(spec, FillerContext(subject=subject, n_exchanges=n), sample_index=index)
         except LLMError:
             continue
         pool.append(filler_session(index, subject, draft, config=config, model=llm.name))
     return pool
+
+
+def filler_subject(run_seed: int, index: int) -> str:
+    """The subject of filler session ``index``: a seeded permutation, cycled."""
+    subjects = list(filler_subjects())
+    cycle, offset = divmod(index, len(subjects))
+    derive_rng(run_seed, "filler", cycle).shuffle(subjects)
+    return subjects[offset]
 
 
 def filler_session(index: int, subject: str, draft: BaseModel, *, config: RunConfig, model: str) -> SessionWithTurns:
@@ -52,7 +62,7 @@ def filler_session(index: int, subject: str, draft: BaseModel, *, config: RunCon
         for role, text in (("user", ex.user), ("assistant", ex.assistant)):
             turns.append(Turn(session_id=sid, turn_index=len(turns), role=role, content=" ".join(text.split())))
     session = Session(session_id=sid, persona_id=None, topic=f"filler: {subject}", period=None, time=config.start_date,
-                      kind="filler", n_turns=len(turns), n_tokens=0, provenance={"model": model, "subject": subject})
+                      kind="filler", n_turns=len(turns), n_tokens=0, provenance={"model": model, "subject": subject, "index": str(index)})
     return with_token_counts(SessionWithTurns(session=session, turns=turns))
 
 

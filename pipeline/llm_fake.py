@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import json
+import os
 import random
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, Field
@@ -49,6 +51,7 @@ class FaultPlan(BaseModel):
     faults: list[Fault] = Field(default_factory=list)
     latency_s: float = 0.0
     answer: str | None = Field(default=None, description="free-text script: correct | none | a letter")
+    exit_after: int | None = Field(default=None, description="kill the process (exit 137) at this backend call")
 
     @classmethod
     def parse(cls, query: str) -> FaultPlan:
@@ -57,6 +60,8 @@ class FaultPlan(BaseModel):
         for name, value in parse_qsl(query, strict_parsing=bool(query)):
             if name == "latency_s":
                 plan.latency_s = float(value)
+            elif name == "exit_after":
+                plan.exit_after = int(value)
             elif name == "answer":
                 plan.answer = _answer_script(value)
             elif name in FaultKind.__args__:
@@ -85,6 +90,7 @@ class FakeBackend:
 
     provider = "fake"
     model = "fake"
+    _process_calls: ClassVar[itertools.count] = itertools.count()
 
     def __init__(self, plan: FaultPlan | None = None) -> None:
         self.plan = plan or FaultPlan()
@@ -101,6 +107,8 @@ class FakeBackend:
     async def complete(self, request: BackendRequest) -> BackendReply:
         """Answer from the seeded builder (or the model's fake_output), or inject a fault."""
         index = self.calls
+        if self.plan.exit_after is not None and next(FakeBackend._process_calls) >= self.plan.exit_after:
+            os._exit(137)  # like kill -9, counted over the whole process: no cleanup, committed work survives
         self.calls += 1
         self.requests.append(request)
         self.in_flight += 1

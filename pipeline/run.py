@@ -91,6 +91,28 @@ def filler_job(spec: RunSpec) -> tuple[list[SessionWithTurns], UsageSummary]:
     return write_filler_pool(llm=llm, config=spec.config), llm.usage_summary()
 
 
+FILLER_BATCH = 16
+
+
+def complete_filler(spec: RunSpec, pool: list[SessionWithTurns], items: set[str]) -> tuple[list[SessionWithTurns], int, UsageSummary]:
+    """Drop filler that names any dataset item, then add sessions until the pool can fill the largest budget.
+
+    Filler session i is the same whatever the pool size, so a grown pool is as reproducible as the first one.
+    """
+    llm = LLM(spec.llm)
+    need = max(spec.config.assembly.budgets)
+    kept, dropped = filter_filler(pool, items)
+    start = max([spec.config.text.filler_pool_size] + [int(s.session.provenance["index"]) + 1 for s in pool])
+    while sum(s.session.n_tokens for s in kept) < need:
+        fresh = write_filler_pool(llm=llm, config=spec.config, start=start, count=FILLER_BATCH)
+        start += FILLER_BATCH
+        if not fresh:
+            break  # the model fails every filler call; assembly will say the pool is too small
+        more, more_dropped = filter_filler(fresh, items)
+        kept, dropped = kept + more, dropped + more_dropped
+    return kept, dropped, llm.usage_summary()
+
+
 def check_failures(spec: RunSpec, n: int, failures: list[Failure]) -> None:
     """Refuse to publish when more than the allowed fraction of personas failed."""
     if n and len(failures) / n > spec.max_failure_fraction:
@@ -99,12 +121,10 @@ def check_failures(spec: RunSpec, n: int, failures: list[Failure]) -> None:
                         f"nothing published; first: persona {first.persona_index}: {first.reason}")
 
 
-def publish_run(spec: RunSpec, results: list[PersonaResult], filler: list[SessionWithTurns], *,
+def publish_run(spec: RunSpec, results: list[PersonaResult], kept_filler: list[SessionWithTurns], *,
                 usage: UsageSummary, failures: list[Failure], models: list[str], extra_stats: dict) -> Path:
-    """Filter the filler, assemble every context, validate and publish one immutable version."""
+    """Assemble every context over the (checked) filler pool, validate and publish one immutable version."""
     config = spec.config
-    items = {p.item for r in results for p in r.text.timeline.preferences}
-    kept_filler, dropped = filter_filler(filler, items)
     sessions = [s for r in results for s in r.text.sessions] + kept_filler
     queries = [q for r in results for q in r.queries]
     personas = [r.text.persona for r in results]
@@ -121,7 +141,7 @@ def publish_run(spec: RunSpec, results: list[PersonaResult], filler: list[Sessio
         "contexts": assembly.contexts,
         "placements": assembly.placements,
     }
-    stats = {**extra_stats, "filler_dropped": dropped, "assembly_unplaced": assembly.unplaced,
+    stats = {**extra_stats, "assembly_unplaced": assembly.unplaced,
              "queries_unplaced": len(queries) - len(tables["queries"])}
     info = PublishInfo(config=config, template_fingerprints=template_fingerprints(), models=models,
                        usage=usage.model_dump(mode="json"), failures=failures, stats=stats)

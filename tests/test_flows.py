@@ -1,0 +1,98 @@
+"""The generate-benchmark flow under Prefect's test harness, with the fake backend."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.config import load_config
+from pipeline.dataset import load
+from pipeline.run import RunSpec
+from schemas.llm import LLMSettings
+
+REPO = Path(__file__).resolve().parents[1]
+TABLES = ["personas", "preferences", "events", "event_edges", "sessions", "turns", "queries", "contexts", "placements"]
+
+
+@pytest.fixture(scope="module")
+def harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+def spec_for(tmp: Path, n: int, *, cache: Path | None = None) -> RunSpec:
+    config = load_config("smoke", n_personas=n, seed=11)
+    llm = LLMSettings(llm="fake", cache_path=cache or tmp / "cache" / "llm.sqlite", backoff_s=0)
+    return RunSpec(config=config, llm=llm, outputs=tmp / "out")
+
+
+def table_bytes(version: Path) -> dict[str, bytes]:
+    return {name: (version / f"{name}.parquet").read_bytes() for name in TABLES}
+
+
+def manifest(version: Path) -> dict:
+    import json
+
+    return json.loads((version / "manifest.json").read_text())
+
+
+def test_flow_publishes_then_reruns_byte_identical_with_zero_model_calls(harness, tmp_path):
+    from flows.generate import run_generate
+
+    spec = spec_for(tmp_path, 3)
+    first = run_generate(spec, workers=2)
+    assert first.name == "v0001"
+    ds = load(first)
+    assert len(ds.personas) == 3 and ds.queries and ds.placements
+    assert manifest(first)["usage"]["total"]["backend_calls"] > 0
+    second = run_generate(spec, workers=2)
+    assert second.name == "v0002"
+    assert table_bytes(first) == table_bytes(second)
+    assert manifest(second)["usage"]["total"]["backend_calls"] == 0
+    assert manifest(second)["stats"]["personas_from_checkpoint"] == 3
+
+
+def test_growing_n_reuses_finished_personas(harness, tmp_path):
+    from flows.generate import run_generate
+
+    run_generate(spec_for(tmp_path, 2), workers=2)
+    grown = run_generate(spec_for(tmp_path, 3), workers=2)
+    assert manifest(grown)["stats"]["personas_from_checkpoint"] == 2
+
+
+def test_killed_run_resumes_with_each_request_sent_once(tmp_path):
+    """A run killed at the 40th model call (like kill -9) reruns to completion; no request is sent twice."""
+    env = {**os.environ, "PREFECT_LOGGING_LEVEL": "ERROR"}
+    cache = tmp_path / "cache" / "llm.sqlite"
+    base = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "2", "--seed", "5",
+            "--outputs", str(tmp_path / "out"), "--cache", str(cache), "--workers", "1"]
+    killed = subprocess.run([*base, "--llm", "fake?exit_after=40"], cwd=REPO, env=env, capture_output=True, timeout=600)
+    assert killed.returncode == 137, killed.stderr[-2000:]
+    rows_after_kill = _ok_rows(cache)
+    assert 0 < rows_after_kill <= 40  # calls are committed as they finish; in-flight ones die with the process
+    done = subprocess.run([*base, "--llm", "fake"], cwd=REPO, env=env, capture_output=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (version,) = (tmp_path / "out" / "smoke").glob("v0*")
+    resumed_calls = manifest(version)["usage"]["total"]["backend_calls"]
+    assert rows_after_kill + resumed_calls == _ok_rows(cache)  # every distinct request reached the model once
+
+
+def _ok_rows(cache: Path) -> int:
+    with sqlite3.connect(cache) as db:
+        return db.execute("SELECT COUNT(*) FROM calls WHERE status = 'ok'").fetchone()[0]
+
+
+@pytest.mark.slow
+def test_dask_runner_gives_the_same_tables_as_threads(harness, tmp_path):
+    from flows.generate import run_generate
+
+    threads = run_generate(spec_for(tmp_path / "a", 4), workers=2)
+    dask = run_generate(spec_for(tmp_path / "b", 4), runner="dask", workers=2)
+    assert table_bytes(threads) == table_bytes(dask)
