@@ -1,0 +1,110 @@
+"""Template inputs and raw model outputs of generate_queries: one call words a whole query.
+
+The model sees what the user asks and what each reply must say, in the final option order, but never
+which reply is correct: code owns that, so the wording cannot favour the right answer.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from functools import cache
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from schemas.persona import Style
+
+# Neutral closing phrases; their words avoid the vocabulary of the code-written questions and replies.
+PAD_PHRASES: tuple[str, ...] = (
+    "Hope that is useful.", "That is my honest take.", "Let me know if that sounds off.",
+    "Happy to go deeper on it.", "Tell me if that rings true.", "We can adjust from there.",
+    "That is how I see it.", "Glad to expand on that.", "Correct me if needed.",
+)
+
+
+def pad_to(text: str, target: int, rng: random.Random, measure: Callable[[str], int] = len) -> str:
+    """``text`` followed by neutral phrases, each chosen to bring ``measure`` closest to ``target``."""
+    out = text.strip()
+    phrases = list(PAD_PHRASES)
+    rng.shuffle(phrases)
+    while phrases:
+        best = min(phrases, key=lambda p: abs(measure(f"{out} {p}") - target))
+        if abs(measure(f"{out} {best}") - target) >= abs(measure(out) - target):
+            break
+        phrases.remove(best)
+        out = f"{out} {best}"
+    return out
+
+
+class QueryContext(BaseModel):
+    """One query to word: what the user asks (no answer in it) and what each reply must say, in order."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "name": "Amara Okafor", "profile": "Amara is a 34-year-old nurse in Lagos who loves pottery.",
+        "style": {"verbosity": "moderate", "formality": "casual", "typo_rate": 0.0, "emoji_use": "never",
+                  "directness": "explicit"},
+        "topic": "food", "ask": "Could you recommend something for my meals this week?",
+        "replies": ["Since you enjoy slow-cooked ramen, I would suggest a new ramen place.",
+                    "Since you avoid slow-cooked ramen, I would suggest a fresh salad bar.",
+                    "Since you enjoy spicy Sichuan hotpot, I would suggest a hotpot night.",
+                    "Since you enjoy vegan brunch spots, I would suggest a brunch cafe."],
+        "words": 18,
+    }]})
+
+    name: str
+    profile: str
+    style: Style
+    topic: str
+    ask: str
+    replies: list[str]
+    words: int
+
+
+def _fake_query(cls, context: QueryContext, rng: random.Random) -> BaseModel:
+    """Fake-backend hook: the ask as the question, each reply padded to a common length with neutral phrases."""
+    target = max(len(r) for r in context.replies) + rng.randint(15, 35)
+    options = [pad_to(r, target + rng.randint(-4, 4), rng) for r in context.replies]
+    return cls(question=context.ask, options=options)
+
+
+@cache
+def query_draft(n_options: int) -> type[BaseModel]:
+    """A question plus exactly ``n_options`` replies (the grammar enforces the count)."""
+    model = create_model(
+        f"QueryDraft{n_options}",
+        question=(str, Field(min_length=10, max_length=400,
+                             description="The user's message in first person, in their own style; it names no answer.")),
+        options=(list[Annotated[str, Field(min_length=8, max_length=400)]],
+                 Field(min_length=n_options, max_length=n_options,
+                       description="One assistant reply per requested reply, same order, same facts, similar length.")),
+    )
+    model.fake_output = classmethod(_fake_query)
+    return model
+
+
+class JudgeContext(BaseModel):
+    """A question and its options with no history: what a no-context guesser sees."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+        "question": "Could you recommend something for my meals this week?",
+        "options": ["Try a new ramen place.", "Try a fresh salad bar.", "Try a hotpot night.", "Try a brunch cafe."],
+    }]})
+
+    question: str
+    options: list[str]
+
+
+def _fake_judge(cls, context: JudgeContext, rng: random.Random) -> BaseModel:
+    return cls(answer=rng.randint(1, len(context.options)))
+
+
+@cache
+def judge_draft(n_options: int) -> type[BaseModel]:
+    """The number (1-based) of the option the judge picks."""
+    model = create_model(
+        f"JudgeDraft{n_options}",
+        answer=(int, Field(ge=1, le=n_options, description="Number of the most likely reply.")),
+    )
+    model.fake_output = classmethod(_fake_judge)
+    return model
