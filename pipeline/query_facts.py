@@ -1,0 +1,128 @@
+"""What one persona's history holds, indexed for query planning: which user turn voices which
+preference version or event (from the turns' annotations, never from their text), and what holds when."""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from pydantic import BaseModel, ConfigDict
+
+from pipeline.query_sources import Pools
+from schemas.conversation import SessionWithTurns
+from schemas.persona import Persona
+from schemas.timeline import Event, PreferenceVersion, Timeline
+
+END_GAP = timedelta(hours=1)
+
+
+class TurnRef(BaseModel):
+    """A user turn, with its session's time so refs sort chronologically."""
+
+    model_config = ConfigDict(frozen=True)
+
+    time: datetime
+    session_id: str
+    turn_index: int
+
+
+@dataclass
+class Facts:
+    """One persona's timeline and sessions with the look-ups the query builders need."""
+
+    persona: Persona
+    timeline: Timeline
+    sessions: list[SessionWithTurns]
+    pools: Pools
+    n_options: int
+    voiced: dict[str, list[TurnRef]] = field(default_factory=dict)
+    by_topic: dict[str, list[SessionWithTurns]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        voiced: dict[str, list[TurnRef]] = defaultdict(list)
+        by_topic: dict[str, list[SessionWithTurns]] = defaultdict(list)
+        for swt in sorted(self.sessions, key=lambda s: (s.session.time, s.session.session_id)):
+            by_topic[swt.session.topic].append(swt)
+            for turn in swt.turns:
+                if turn.role == "user":
+                    ref = TurnRef(time=swt.session.time, session_id=swt.session.session_id, turn_index=turn.turn_index)
+                    for key in [*turn.pref_versions, *turn.event_ids]:
+                        voiced[key].append(ref)
+        self.voiced, self.by_topic = dict(voiced), dict(by_topic)
+
+    @property
+    def end(self) -> datetime:
+        """End of history: just after the persona's last session."""
+        return max(s.session.time for s in self.sessions) + END_GAP
+
+    def final(self, topic: str) -> SessionWithTurns | None:
+        """The persona's last session of ``topic``."""
+        sessions = self.by_topic.get(topic)
+        return sessions[-1] if sessions else None
+
+    def refs(self, keys: list[str], as_of: datetime) -> list[TurnRef] | None:
+        """The latest user turn voicing each key by ``as_of``; None when some key was never voiced."""
+        out: list[TurnRef] = []
+        for key in keys:
+            turns = [r for r in self.voiced.get(key, []) if r.time <= as_of]
+            if not turns:
+                return None
+            if turns[-1] not in out:
+                out.append(turns[-1])
+        return sorted(out, key=lambda r: (r.time, r.session_id, r.turn_index))
+
+    def told_events(self, topic: str) -> list[str]:
+        """Life and routine events voiced by user turns in ``topic``'s sessions, in telling order."""
+        kinds = {e.event_id: e.kind for e in self.timeline.events}
+        out: list[str] = []
+        for swt in self.by_topic.get(topic, []):
+            for turn in swt.turns:
+                out += [e for e in turn.event_ids if kinds.get(e) in ("life_event", "routine") and e not in out]
+        return out
+
+    def current(self, pref_id: str, as_of: datetime) -> PreferenceVersion | None:
+        return self.timeline.as_of(pref_id, as_of)
+
+    def current_and_previous(self, pref_id: str, as_of: datetime) -> tuple[PreferenceVersion | None, PreferenceVersion | None]:
+        """The version valid at ``as_of`` and the one it superseded (None for an initial version)."""
+        current = self.current(pref_id, as_of)
+        if current is None or current.version == 1:
+            return current, None
+        return current, self.timeline.versions(pref_id)[current.version - 2]
+
+    def updates(self, pref_id: str, as_of: datetime) -> int:
+        """How many times the preference changed by ``as_of``."""
+        return max(0, sum(v.valid_from <= as_of for v in self.timeline.versions(pref_id)) - 1)
+
+    def held(self, topic: str, as_of: datetime) -> list[PreferenceVersion]:
+        """Versions of ``topic``'s preferences valid at ``as_of``."""
+        return [c for pid in self.prefs(topic) if (c := self.current(pid, as_of)) is not None]
+
+    def ended(self, topic: str, as_of: datetime) -> list[PreferenceVersion]:
+        """Versions of ``topic``'s preferences that ended by ``as_of``, newest first."""
+        old = [v for v in self.timeline.preferences if v.topic == topic and v.valid_to is not None and v.valid_to <= as_of]
+        return sorted(old, key=lambda v: (v.valid_to, v.key), reverse=True)
+
+    def prefs(self, topic: str) -> list[str]:
+        """pref ids of ``topic``, in a stable order."""
+        return sorted({p.pref_id for p in self.timeline.preferences if p.topic == topic})
+
+    def life_cause(self, version: PreferenceVersion) -> Event | None:
+        """The life event that caused this version (through its preference-update event)."""
+        if version.caused_by_event_id is None:
+            return None
+        for edge in self.timeline.edges:
+            if edge.child_event_id == version.caused_by_event_id and edge.relation == "causes":
+                parent = self.timeline.event(edge.parent_event_id)
+                if parent.kind == "life_event":
+                    return parent
+        return None
+
+    def other_life_events(self, cause: Event, as_of: datetime, rng: random.Random) -> list[Event]:
+        """The persona's other life events before ``as_of`` (plausible but wrong reasons), shuffled."""
+        others = [e for e in self.timeline.events
+                  if e.kind == "life_event" and e.time < as_of and e.summary != cause.summary]
+        rng.shuffle(others)
+        return others

@@ -1,0 +1,161 @@
+"""Pure query planning: which queries a persona gets (types and topics balanced), where each is asked
+(end of history, or inside the topic's final session just before a user turn), its truth at that
+time, its evidence turns, and its option order. No model; the same persona always gets the same plan."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from datetime import datetime
+
+from pydantic import BaseModel
+
+from pipeline.baselines import content_words
+from pipeline.beats import topic_label
+from pipeline.query_facts import Facts, TurnRef
+from pipeline.query_sources import Pools, shadow_timelines
+from pipeline.query_types import BUILDERS, Built, OptionPlan
+from schemas.config import QuerySettings, RunConfig
+from schemas.conversation import SessionWithTurns
+from schemas.ids import stable_id
+from schemas.persona import Persona
+from schemas.query import QUERY_TYPES, Evidence, Option, Query, QueryType
+from schemas.timeline import Timeline
+
+PREF_TYPES = ("acknowledge_latest_preferences", "provide_preference_aligned_recommendations")
+CHANGE_TYPES = ("track_full_preference_evolution", "revisit_reasons_behind_preference_updates",
+                "generalize_to_new_scenarios")
+
+
+class QueryPlan(BaseModel):
+    """Everything about a query except the model's wording; ``options`` are in their final order."""
+
+    query_id: str
+    persona_id: str
+    type: QueryType
+    topic: str
+    as_of: datetime
+    anchor_session_id: str | None
+    anchor_turn_index: int | None
+    ask: str
+    ask_plain: str
+    answer: str
+    options: list[OptionPlan]
+    correct_index: int
+    evidence: list[Evidence]
+    n_pref_updates: int
+
+    def to_query(self, question: str, texts: list[str], provenance: dict[str, str]) -> Query:
+        """The stored query with this wording; roles, groundings and order come from the plan."""
+        options = [Option(text=t, role=o.role, grounding=o.grounding) for t, o in zip(texts, self.options, strict=True)]
+        return Query(query_id=self.query_id, persona_id=self.persona_id, type=self.type, topic=self.topic,
+                     as_of=self.as_of, anchor_session_id=self.anchor_session_id,
+                     anchor_turn_index=self.anchor_turn_index, question=question, options=options,
+                     correct_index=self.correct_index, evidence=self.evidence, n_pref_updates=self.n_pref_updates,
+                     provenance=provenance)
+
+
+def persona_facts(persona: Persona, timeline: Timeline, sessions: list[SessionWithTurns], *, config: RunConfig) -> Facts:
+    """The persona's own sessions indexed, with distractor pools (catalog, shadow personas, taxonomy)."""
+    own = [s for s in sessions if s.session.persona_id == persona.persona_id]
+    pools = Pools(persona=persona, timeline=timeline, shadows=shadow_timelines(config, persona.persona_id),
+                  topics=list(config.topics))
+    return Facts(persona=persona, timeline=timeline, sessions=own, pools=pools, n_options=config.queries.n_options)
+
+
+def plan_queries(facts: Facts, *, settings: QuerySettings, rng: random.Random) -> list[QueryPlan]:
+    """Up to the quota of every type, spreading topics evenly; correct positions cycle through a
+    seeded permutation so they are uniform across the dataset."""
+    usage: Counter[str] = Counter()
+    plans: list[QueryPlan] = []
+    for qtype in QUERY_TYPES:
+        pool = _candidates(facts, qtype, rng)
+        taken = 0
+        while pool and taken < settings.quota(qtype):
+            pick = min(pool, key=lambda c: (usage[c[0]], c[2]))
+            pool.remove(pick)
+            plan = _plan_one(facts, qtype, pick[0], pick[1], rng, settings)
+            if plan is not None:
+                plans.append(plan)
+                usage[pick[0]] += 1
+                taken += 1
+    return [_ordered(p, pos, rng) for p, pos in zip(plans, balanced_positions(len(plans), facts.n_options, rng), strict=True)]
+
+
+def balanced_positions(count: int, n: int, rng: random.Random) -> list[int]:
+    """``count`` positions in 0..n-1, each full block of n a seeded permutation."""
+    out: list[int] = []
+    while len(out) < count:
+        block = list(range(n))
+        rng.shuffle(block)
+        out += block
+    return out[:count]
+
+
+def _candidates(facts: Facts, qtype: str, rng: random.Random) -> list[tuple[str, str, tuple[int, float]]]:
+    """(topic, focal id, rank) for every query this type could ask; lower rank first (changed prefs first)."""
+    end = facts.end
+    out = []
+    for topic in facts.by_topic:
+        if qtype == "recall_user_shared_facts":
+            out += [(topic, e, (0, rng.random())) for e in facts.told_events(topic)]
+        elif qtype == "suggest_new_ideas":
+            out.append((topic, topic, (0, rng.random())))
+        else:
+            for pid in facts.prefs(topic):
+                updates = facts.updates(pid, end)
+                if qtype in PREF_TYPES or updates:
+                    out.append((topic, pid, (-min(updates, 1), rng.random())))
+    return out
+
+
+def _plan_one(facts: Facts, qtype: str, topic: str, focal: str, rng: random.Random,
+              settings: QuerySettings) -> QueryPlan | None:
+    """Anchored inside the topic's final session when drawn and possible, else at the end of history."""
+    if rng.random() < settings.anchored_fraction and (plan := _anchored(facts, qtype, topic, focal, rng)):
+        return plan
+    built = BUILDERS[qtype](facts, topic, focal, facts.end, rng)
+    refs = facts.refs(built.keys, facts.end) if built else None
+    if not built or not refs:
+        return None
+    return _plan(facts, qtype, topic, focal, built, facts.end, None, refs)
+
+
+def _anchored(facts: Facts, qtype: str, topic: str, focal: str, rng: random.Random) -> QueryPlan | None:
+    """Asked just before a user turn of the final session that follows every evidence turn."""
+    final = facts.final(topic)
+    if final is None:
+        return None
+    as_of = final.session.time
+    built = BUILDERS[qtype](facts, topic, focal, as_of, rng)
+    refs = facts.refs(built.keys, as_of) if built else None
+    if not built or not refs:
+        return None
+    after = max((r.turn_index for r in refs if r.session_id == final.session.session_id), default=-1)
+    turns = [t.turn_index for t in final.turns if t.role == "user" and t.turn_index > after]
+    if not turns:
+        return None
+    return _plan(facts, qtype, topic, focal, built, as_of, (final.session.session_id, rng.choice(turns)), refs)
+
+
+def _plan(facts: Facts, qtype, topic, focal, built: Built, as_of: datetime, anchor: tuple[str, int] | None,
+          refs: list[TurnRef]) -> QueryPlan:
+    label = topic_label(topic)
+    clash = content_words(label) & set().union(*(content_words(o.text) for o in built.options))
+    return QueryPlan(
+        query_id=stable_id("qry", facts.persona.persona_id, qtype, topic, focal),
+        persona_id=facts.persona.persona_id, type=qtype, topic=topic, as_of=as_of,
+        anchor_session_id=anchor[0] if anchor else None, anchor_turn_index=anchor[1] if anchor else None,
+        ask=built.ask_plain if clash else built.ask.format(label=label), ask_plain=built.ask_plain,
+        answer=built.answer, options=built.options, correct_index=0,
+        evidence=[Evidence(session_id=r.session_id, turn_index=r.turn_index) for r in refs],
+        n_pref_updates=built.n_pref_updates,
+    )
+
+
+def _ordered(plan: QueryPlan, position: int, rng: random.Random) -> QueryPlan:
+    """The correct option (built first) moved to ``position``; distractors shuffled around it."""
+    correct, distractors = plan.options[0], list(plan.options[1:])
+    rng.shuffle(distractors)
+    distractors.insert(position, correct)
+    return plan.model_copy(update={"options": distractors, "correct_index": position})

@@ -1,0 +1,101 @@
+"""Material for distractors that does not come from the persona's own history.
+
+Other-persona options come from code-only *shadow personas*: built-in seeds at indices derived by
+hashing (run seed, persona id), simulated over the catalog with no model. So persona i's queries
+never depend on which other personas are in the run (identical for N=5 or N=500), and the shadow
+items are real preferences of a plausible someone else rather than random catalog picks.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from pipeline.beats import mentions
+from pipeline.catalog import catalog_inventory, load_catalog, load_taxonomy
+from pipeline.rng import derive_rng, derive_seed
+from pipeline.sample_personas import persona_from_seed, sample_builtin_seed
+from pipeline.simulate_timeline import simulate_timeline
+from schemas.catalog import InventoryItem
+from schemas.config import RunConfig
+from schemas.persona import Persona
+from schemas.timeline import PreferenceVersion, Timeline
+
+SHADOW_INDEX_BASE = 1_000_000  # above any run's persona indices (n_personas <= 100_000)
+SHADOWS = 2
+
+
+def shadow_timelines(config: RunConfig, persona_id: str, count: int = SHADOWS) -> list[Timeline]:
+    """``count`` code-only personas for ``persona_id``, simulated over the catalog topics of the run."""
+    known = [t for t in config.topics if t in load_catalog().topics]
+    if not known:
+        return []
+    sim_config = config.model_copy(update={"topics": known})
+    inventory = catalog_inventory(known)
+    taxonomy = load_taxonomy()
+    out = []
+    for k in range(count):
+        index = SHADOW_INDEX_BASE + derive_seed(config.seed, persona_id, "shadow", k) % 10**9
+        shadow = persona_from_seed(sample_builtin_seed(index, run_seed=config.seed, taxonomy=taxonomy),
+                                   run_seed=config.seed)
+        rng = derive_rng(config.seed, shadow.persona_id, "simulate_timeline")
+        out.append(simulate_timeline(shadow, inventory, config=sim_config, rng=rng))
+    return out
+
+
+@dataclass
+class Pools:
+    """Catalog items, shadow preferences and taxonomy summaries, minus anything the persona holds."""
+
+    persona: Persona
+    timeline: Timeline
+    shadows: list[Timeline]
+    topics: list[str]
+    held: set[str] = field(default_factory=set)
+    _unheld: dict[str, bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.held = {p.item for p in self.timeline.preferences}
+
+    def unheld(self, name: str) -> bool:
+        """True when ``name`` is not (and does not mention) any item the persona holds."""
+        if name not in self._unheld:
+            self._unheld[name] = not any(mentions(name, item) or mentions(item, name) for item in self.held)
+        return self._unheld[name]
+
+    def fresh_items(self, topic: str, rng: random.Random, k: int) -> list[str]:
+        """Up to ``k`` catalog items of ``topic`` the persona never held."""
+        items = [i.name for i in self._catalog(topic) if self.unheld(i.name)]
+        return rng.sample(items, min(k, len(items)))
+
+    def stereotyped(self, topic: str, rng: random.Random) -> str | None:
+        """A catalog item whose tags match the persona's demographics and that the persona never held."""
+        tags = self.persona.attributes.stereotype_tags()
+        items = [i.name for i in self._catalog(topic) if tags & set(i.tags) and self.unheld(i.name)]
+        return rng.choice(items) if items else None
+
+    def shadow_likes(self, topic: str) -> list[tuple[str, PreferenceVersion]]:
+        """(shadow persona id, version) for current likes of the shadows in ``topic`` the persona never held."""
+        out = []
+        for shadow in self.shadows:
+            for chain in shadow.chains().values():
+                last = chain[-1]
+                if last.topic == topic and last.stance == "like" and self.unheld(last.item):
+                    out.append((shadow.persona_id, last))
+        return out
+
+    def unlived_events(self, rng: random.Random, k: int) -> list[str]:
+        """Up to ``k`` life-event summaries from the taxonomy that never happened to the persona."""
+        lived = {e.summary for e in self.timeline.events}
+        pool = sorted({s for c in load_taxonomy().life_event_categories.values() for s in c.summaries} - lived)
+        return rng.sample(pool, min(k, len(pool)))
+
+    def unlived_routines(self, topic: str, rng: random.Random, k: int) -> list[str]:
+        """Up to ``k`` routine summaries about catalog items of ``topic`` the persona never held."""
+        templates = list(load_taxonomy().routine_summaries)
+        rng.shuffle(templates)
+        return [t.replace("{item}", item) for t, item in zip(templates, self.fresh_items(topic, rng, k), strict=False)]
+
+    def _catalog(self, topic: str) -> list[InventoryItem]:
+        topics = load_catalog().topics
+        return [InventoryItem(name=i.name, tags=list(i.tags)) for i in topics[topic].items] if topic in topics else []
