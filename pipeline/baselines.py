@@ -56,3 +56,12 @@ def lexical_overlap_accuracy(queries: Sequence[Query]) -> float:
 def chance_accuracy(queries: Sequence[Query]) -> float:
     """Expected accuracy of a uniform random guess."""
     return sum(1 / len(q.options) for q in queries) / len(queries) if queries else 0.0
+
+
+def baseline_report(queries: Sequence[Query]) -> dict[str, float]:
+    """Random-guess, longest-option and lexical-overlap accuracy, the figures the dataset card shows."""
+    return {
+        "random guess": chance_accuracy(queries),
+        "longest option": longest_option_accuracy(queries),
+        "lexical overlap": lexical_overlap_accuracy(queries),
+    }

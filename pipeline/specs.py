@@ -17,6 +17,7 @@ from schemas.drafts import (
     small_talk_draft,
 )
 from schemas.llm import PingContext, PingReply
+from schemas.query_drafts import JudgeContext, QueryContext, judge_draft, query_draft
 
 PING = PromptSpec(name="gateway.ping", template="gateway/ping.jinja", context=PingContext, output=PingReply)
 # Stages whose output size is set per call replace `output` with the sized model (dataclasses.replace);
@@ -33,7 +34,11 @@ SMALL_TALK = PromptSpec(name="write_sessions.small_talk", template="write_sessio
                         context=SmallTalkContext, output=small_talk_draft(2))
 FILLER = PromptSpec(name="filler.session", template="filler/session.jinja", context=FillerContext,
                     output=small_talk_draft(4))
+QUERY = PromptSpec(name="generate_queries.query", template="generate_queries/query.jinja", context=QueryContext,
+                   output=query_draft(4))
+QUERY_JUDGE = PromptSpec(name="generate_queries.judge", template="generate_queries/judge.jinja",
+                         context=JudgeContext, output=judge_draft(4))
 
 ALL_SPECS: dict[str, PromptSpec] = {
-    spec.name: spec for spec in (PING, PROFILE, INVENTORY, NARRATION, BEAT, SMALL_TALK, FILLER)
+    spec.name: spec for spec in (PING, PROFILE, INVENTORY, NARRATION, BEAT, SMALL_TALK, FILLER, QUERY, QUERY_JUDGE)
 }

@@ -1,0 +1,167 @@
+"""Gates every query passes before it is kept (fail closed), and the code-written wording that is
+tried when the model's wording keeps failing them.
+
+Wording gates: options are distinct; the question does not hold the answer, is in first person, asks
+something and does not repeat an option; option lengths within a tolerance of the median (tokens);
+the correct option is not the single option sharing the most content words with the question. Structural validation re-derives each
+label from the timeline and the turn annotations. The no-context judge is optional.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import statistics
+from dataclasses import replace
+
+from pipeline.baselines import content_words
+from pipeline.beats import mentions
+from pipeline.llm import LLM, LLMError
+from pipeline.query_facts import Facts
+from pipeline.query_plan import QueryPlan
+from pipeline.specs import QUERY_JUDGE
+from pipeline.tokens import count_tokens
+from schemas.config import QuerySettings
+from schemas.query import Query
+from schemas.query_drafts import JudgeContext, judge_draft, pad_to
+
+FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "i'm", "i've", "i'd", "i'll", "im", "ive"})
+_WORD = re.compile(r"[a-z']+")
+
+
+def length_problem(texts: list[str], tolerance: float) -> str | None:
+    """Every option within ``tolerance`` of the median option length in tokens."""
+    lengths = [count_tokens(t) for t in texts]
+    median = statistics.median(lengths)
+    bad = [n for n in lengths if abs(n - median) > tolerance * median]
+    return f"option lengths {lengths} stray over {tolerance:.0%} from the median {median}" if bad else None
+
+
+def overlap_problem(question: str, texts: list[str], correct: int) -> str | None:
+    """The correct option must not be the single one sharing the most content words with the question."""
+    words = content_words(question)
+    shared = [len(words & content_words(t)) for t in texts]
+    best = max(shared)
+    if shared[correct] == best and shared.count(best) == 1 and best > 0:
+        return f"the correct option alone shares the most words with the question ({shared})"
+    return None
+
+
+def copied_option(question: str, texts: list[str]) -> int | None:
+    """1-based number of an option the question mostly repeats (half its content words or more), or None."""
+    words = content_words(question)
+    for i, text in enumerate(texts, start=1):
+        option = content_words(text)
+        if option and len(words & option) * 2 >= len(option):
+            return i
+    return None
+
+
+def wording_problem(plan: QueryPlan, question: str, texts: list[str], tolerance: float) -> tuple[str, str] | None:
+    """(gate, detail) for the first wording gate this wording fails, or None when it passes them all."""
+    if len({t.strip().casefold() for t in texts}) < len(texts) or not all(t.strip() for t in texts):
+        return "duplicate_options", "two options are the same or empty"
+    if mentions(question, plan.answer):
+        return "answer_in_question", f"the question names the answer {plan.answer!r}"
+    if not FIRST_PERSON & set(_WORD.findall(question.casefold().replace("\u2019", "'"))):
+        return "first_person", "the question is not in first person"
+    if "?" not in question:
+        return "not_a_question", "the user's message asks nothing"
+    if copied := copied_option(question, texts):
+        return "copies_option", f"the question repeats option {copied}"
+    if problem := length_problem(texts, tolerance):
+        return "length", problem
+    if problem := overlap_problem(question, texts, plan.correct_index):
+        return "overlap", problem
+    return None
+
+
+def code_wording(plan: QueryPlan, tolerance: float, rng: random.Random) -> tuple[str, list[str]] | None:
+    """Plain wording from the groundings: every option padded with neutral phrases to one length in
+    characters, else in tokens (so lengths match by construction); the question without the topic when
+    that is what passes."""
+    for measure, extra in ((len, 24), (count_tokens, 5)):
+        target = max(measure(o.text) for o in plan.options) + extra
+        texts = [pad_to(o.text, target, rng, measure) for o in plan.options]
+        for question in (plan.ask, plan.ask_plain):
+            if wording_problem(plan, question, texts, tolerance) is None:
+                return question, texts
+    return None
+
+
+def structural_problems(query: Query, facts: Facts) -> list[str]:
+    """Every label re-derived: correct groundings valid at as_of, outdated ones ended before it,
+    evidence turns voice a grounding and precede the anchor."""
+    problems = _option_problems(query, facts)
+    problems += _evidence_problems(query, facts)
+    if query.n_pref_updates and query.type != "recall_user_shared_facts" and not any(
+            o.role == "outdated_preference" for o in query.options):
+        problems.append("an update-based query has no outdated_preference option")
+    return problems
+
+
+def _option_problems(query: Query, facts: Facts) -> list[str]:
+    versions = {p.key: p for p in facts.timeline.preferences}
+    events = {e.event_id: e for e in facts.timeline.events}
+    problems = []
+    correct = query.options[query.correct_index]
+    keys = [versions[g] for g in correct.grounding if g in versions]
+    if not correct.grounding:
+        problems.append("the correct option has no grounding")
+    if keys and not max(keys, key=lambda v: v.version).valid_at(query.as_of):
+        problems.append("the correct option's latest version is not valid at as_of")
+    if any(v.valid_to is None or v.valid_to > query.as_of for v in keys if v != max(keys, key=lambda v: v.version)):
+        problems.append("the correct chain holds a version that had not ended by as_of")
+    if any(events[g].time >= query.as_of for g in correct.grounding if g in events):
+        problems.append("the correct option cites an event after as_of")
+    for option in query.options:
+        if option.role == "outdated_preference":
+            old = [versions.get(g) for g in option.grounding if "@" in g]
+            if not old or any(v is None or v.valid_to is None or v.valid_to > query.as_of for v in old):
+                problems.append("an outdated option's version had not ended by as_of")
+    return problems
+
+
+def _evidence_problems(query: Query, facts: Facts) -> list[str]:
+    sessions = {s.session.session_id: s for s in facts.sessions}
+    grounded = {g for o in query.options for g in o.grounding}
+    anchor = sessions.get(query.anchor_session_id) if query.anchor_session_id else None
+    if query.anchor_session_id is not None:
+        if anchor is None or anchor.session.time != query.as_of or anchor.session.topic != query.topic:
+            return ["the anchor is not a session of this topic at as_of"]
+        if query.anchor_turn_index >= len(anchor.turns) or anchor.turns[query.anchor_turn_index].role != "user":
+            return ["the anchor is not a user turn"]
+    if not query.evidence:
+        return ["no evidence"]
+    problems = []
+    for ev in query.evidence:
+        swt = sessions.get(ev.session_id)
+        turn = swt.turns[ev.turn_index] if swt and ev.turn_index < len(swt.turns) else None
+        if turn is None or not grounded & {*turn.pref_versions, *turn.event_ids}:
+            problems.append(f"evidence {ev.session_id}#{ev.turn_index} voices no grounding")
+        elif swt.session.time > query.as_of or (anchor is not None and _after(swt, ev.turn_index, anchor, query)):
+            problems.append(f"evidence {ev.session_id}#{ev.turn_index} does not precede the anchor")
+    return problems
+
+
+def _after(swt, turn_index: int, anchor, query: Query) -> bool:
+    if swt.session.session_id == anchor.session.session_id:
+        return turn_index >= query.anchor_turn_index
+    return swt.session.time >= anchor.session.time
+
+
+def judge_hits(query: Query, judge: LLM, settings: QuerySettings, rng: random.Random) -> int | None:
+    """How often a no-context judge picks the correct option over ``judge_shuffles`` shuffles (None on failure)."""
+    n = len(query.options)
+    spec = replace(QUERY_JUDGE, output=judge_draft(n))
+    contexts, corrects = [], []
+    for _ in range(settings.judge_shuffles):
+        order = list(range(n))
+        rng.shuffle(order)
+        contexts.append(JudgeContext(question=query.question, options=[query.options[i].text for i in order]))
+        corrects.append(order.index(query.correct_index) + 1)
+    try:
+        answers = [judge.generate(spec, c, sample_index=k) for k, c in enumerate(contexts)]
+    except LLMError:
+        return None
+    return sum(a.answer == c for a, c in zip(answers, corrects, strict=True))
