@@ -1,0 +1,256 @@
+"""generate_queries with the fake backend: grounded labels, outdated distractors, balanced positions,
+gates that fail closed, code-written fallback wording, and baselines near chance."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import pipeline.generate_queries as gq
+from pipeline.baselines import baseline_report, lexical_overlap_accuracy, longest_option_accuracy
+from pipeline.cli import app
+from pipeline.config import load_config
+from pipeline.generate_queries import QueryStats, generate_queries
+from pipeline.llm import LLM
+from pipeline.persona_text import build_persona_text
+from pipeline.query_gates import (
+    code_wording,
+    length_problem,
+    overlap_problem,
+    structural_problems,
+    wording_problem,
+)
+from pipeline.query_plan import balanced_positions, persona_facts, plan_queries
+from pipeline.rng import derive_rng
+from pipeline.sample_personas import sample_personas
+from pipeline.tokens import count_tokens
+from schemas.llm import LLMSettings
+from schemas.query import QUERY_TYPES, Evidence
+
+TOPICS = ["foodRecommendation", "travelPlanning", "bookRecommendation", "therapy", "movieRecommendation"]
+
+
+def fake_llm(tmp_path: Path, faults: str = "") -> LLM:
+    return LLM(LLMSettings(llm=f"fake?{faults}" if faults else "fake", cache_path=tmp_path / "cache.sqlite",
+                           backoff_s=0, backoff_max_s=0))
+
+
+def config_for(n: int, seed: int = 3, **queries):
+    config = load_config("default", n_personas=n, seed=seed, topics=TOPICS)
+    return config.model_copy(update={"queries": config.queries.model_copy(update=queries)})
+
+
+def run(config, llm, judge=None):
+    """(persona text, queries, stats) for every persona of the config."""
+    out = []
+    for seed in sample_personas(config.n_personas, run_seed=config.seed, settings=config.personas):
+        text = build_persona_text(seed, config=config, llm=llm)
+        queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=config, judge=judge)
+        out.append((text, queries, stats))
+    return out
+
+
+@pytest.fixture(scope="module")
+def fifty(tmp_path_factory):
+    config = config_for(50)
+    return config, run(config, fake_llm(tmp_path_factory.mktemp("fifty")))
+
+
+def test_fifty_personas_every_kept_query_is_structurally_valid(fifty):
+    config, results = fifty
+    for text, queries, stats in results:
+        facts = persona_facts(text.persona, text.timeline, text.sessions, config=config)
+        for q in queries:
+            assert structural_problems(q, facts) == [], q.query_id
+            assert len(q.options) == config.queries.n_options
+        assert stats.kept == len(queries)
+        assert stats.kept + sum(stats.drops.values()) == stats.planned
+        assert "structural" not in stats.drops
+
+
+def test_fifty_personas_update_queries_carry_an_outdated_option(fifty):
+    _, results = fifty
+    updates = [q for _, queries, _ in results for q in queries if q.n_pref_updates and q.type != "recall_user_shared_facts"]
+    assert len(updates) > 300
+    for q in updates:
+        outdated = [o for o in q.options if o.role == "outdated_preference"]
+        assert outdated and all(o.grounding for o in outdated)
+
+
+def test_fifty_personas_positions_are_uniform(fifty):
+    _, results = fifty
+    queries = [q for _, qs, _ in results for q in qs]
+    counts = Counter(q.correct_index for q in queries)
+    for position in range(4):
+        assert abs(counts[position] / len(queries) - 0.25) <= 0.03, counts
+
+
+def test_fifty_personas_all_types_for_personas_with_changes(fifty):
+    _, results = fifty
+    with_changes = 0
+    for text, queries, _ in results:
+        if any(len(chain) > 1 for chain in text.timeline.chains().values()):
+            with_changes += 1
+            assert {q.type for q in queries} == set(QUERY_TYPES), text.persona.persona_id
+    assert with_changes >= 45
+
+
+def test_fifty_personas_baselines_stay_near_chance_and_calls_stay_low(fifty):
+    _, results = fifty
+    queries = [q for _, qs, _ in results for q in qs]
+    total = QueryStats()
+    for _, _, stats in results:
+        total.merge(stats)
+    report = baseline_report(queries)
+    print(f"\nkept {total.kept}/{total.planned}, baselines {report}, {gq.gate_report(total)}")
+    assert longest_option_accuracy(queries) <= 0.30
+    assert lexical_overlap_accuracy(queries) <= 0.30
+    assert total.llm_calls / total.kept <= 2
+    assert sum(total.drops.values()) / total.planned <= 0.05
+    types = Counter(q.type for q in queries)
+    assert min(types.values()) >= 100  # every type well represented
+
+
+def test_anchored_queries_sit_in_the_final_session_after_their_evidence(fifty):
+    _, results = fifty
+    anchored = 0
+    for text, queries, _ in results:
+        sessions = {s.session.session_id: s for s in text.sessions}
+        for q in (q for q in queries if q.anchor_session_id):
+            anchored += 1
+            anchor = sessions[q.anchor_session_id]
+            last = max((s for s in text.sessions if s.session.topic == q.topic), key=lambda s: s.session.time)
+            assert anchor is last and q.as_of == anchor.session.time
+            assert anchor.turns[q.anchor_turn_index].role == "user"
+            for ev in q.evidence:
+                ev_session = sessions[ev.session_id].session
+                assert (ev_session.time, ev.turn_index) < (anchor.session.time, q.anchor_turn_index) or \
+                    ev_session.time < anchor.session.time
+    assert anchored > 200
+
+
+def test_persona_queries_do_not_depend_on_n(tmp_path):
+    llm = fake_llm(tmp_path)
+    one = run(config_for(1, seed=11), llm)[0][1]
+    three = run(config_for(3, seed=11), llm)[0][1]
+    assert [q.model_dump() for q in one] == [q.model_dump() for q in three]
+
+
+def test_same_seed_and_cache_give_identical_queries(tmp_path):
+    first = run(config_for(2, seed=5), fake_llm(tmp_path / "a"))
+    second = run(config_for(2, seed=5), fake_llm(tmp_path / "a"))
+    assert [q.model_dump() for _, qs, _ in first for q in qs] == [q.model_dump() for _, qs, _ in second for q in qs]
+
+
+def test_faulty_model_falls_back_to_code_wording_or_drops_with_a_reason(tmp_path):
+    config = config_for(3, seed=4)
+    text_llm = fake_llm(tmp_path / "text")
+    bad = fake_llm(tmp_path / "bad", "malformed_json=0.7&schema_violation=0.2")
+    for seed in sample_personas(3, run_seed=config.seed, settings=config.personas):
+        text = build_persona_text(seed, config=config, llm=text_llm)
+        queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=bad, config=config)
+        facts = persona_facts(text.persona, text.timeline, text.sessions, config=config)
+        assert stats.wording_fallbacks > 0 and stats.gate_failures.get("model_call", 0) > 0
+        assert all(structural_problems(q, facts) == [] for q in queries)
+        fallback = [q for q in queries if q.provenance.get("wording") == "code"]
+        assert len(fallback) == stats.wording_fallbacks
+        assert len(stats.dropped) == sum(stats.drops.values()) == stats.planned - len(queries)
+
+
+def test_a_judge_that_always_knows_drops_every_query_with_its_reason(tmp_path, monkeypatch):
+    config = config_for(1, seed=2)
+    llm = fake_llm(tmp_path)
+    monkeypatch.setattr(gq, "judge_hits", lambda query, judge, settings, rng: settings.judge_shuffles)
+    ((_, queries, stats),) = run(config, llm, judge=llm)
+    assert queries == [] and stats.drops == {"judge": stats.planned}
+    assert all(reason.startswith("judge:") for reason in stats.dropped.values())
+
+
+def test_a_chance_level_judge_keeps_queries_and_is_recorded(tmp_path):
+    config = config_for(1, seed=2)
+    llm = fake_llm(tmp_path)
+    ((_, queries, stats),) = run(config, llm, judge=llm)
+    assert stats.judge_calls >= 3 * stats.kept > 0
+    assert all("judge" in q.provenance for q in queries)
+
+
+def test_length_gate_uses_the_median_in_tokens():
+    assert length_problem(["one two three four", "one two three five", "one two three six"], 0.25) is None
+    assert length_problem(["one two three four", "one two three five", "a b c d e f g h i j k l"], 0.25)
+
+
+def test_overlap_gate_rejects_only_a_unique_maximum():
+    options = ["ramen every friday", "pasta on sundays", "hiking trips", "board games"]
+    assert overlap_problem("Where should I get ramen on friday?", options, 0)
+    assert overlap_problem("Where should I get ramen on friday?", options, 1) is None
+    assert overlap_problem("Ramen or pasta on friday sundays?", options, 0) is None  # a tie
+    assert overlap_problem("What should I do?", options, 2) is None
+
+
+def _plans(tmp_path, n_options=4):
+    config = config_for(1, seed=6, n_options=n_options)
+    ((text, _, _),) = run(config, fake_llm(tmp_path))
+    facts = persona_facts(text.persona, text.timeline, text.sessions, config=config)
+    return facts, plan_queries(facts, settings=config.queries, rng=derive_rng(config.seed, "test"))
+
+
+def test_wording_gates_reject_named_answers_and_third_person(tmp_path):
+    _, plans = _plans(tmp_path)
+    plan = next(p for p in plans if p.type == "acknowledge_latest_preferences")
+    texts = [o.text for o in plan.options]
+    assert wording_problem(plan, f"Do I still like {plan.answer}?", texts, 0.25)[0] == "answer_in_question"
+    assert wording_problem(plan, "What does the user want lately?", texts, 0.25)[0] == "first_person"
+    assert wording_problem(plan, plan.ask, [texts[0]] * 4, 0.25)[0] == "duplicate_options"
+
+
+def test_code_wording_passes_the_length_gate_by_construction(tmp_path):
+    facts, plans = _plans(tmp_path, n_options=5)
+    rng = random.Random(0)
+    for plan in plans:
+        stretched = plan.model_copy(update={"options": [
+            o.model_copy(update={"text": o.text + (" It is a long story." * 3 if i == 1 else "")})
+            for i, o in enumerate(plan.options)]})
+        wording = code_wording(stretched, 0.25, rng)
+        if wording is not None:
+            assert length_problem(wording[1], 0.25) is None
+            assert all(t.startswith(o.text) for t, o in zip(wording[1], stretched.options, strict=True))
+    assert max(count_tokens(o.text) for p in plans for o in p.options) > 0
+    assert all(len(p.options) == 5 for p in plans)
+
+
+def test_structural_validation_catches_broken_labels(tmp_path):
+    facts, plans = _plans(tmp_path)
+    plan = next(p for p in plans if p.type == "acknowledge_latest_preferences" and p.n_pref_updates)
+    query = plan.to_query(plan.ask, [o.text for o in plan.options], {})
+    assert structural_problems(query, facts) == []
+    outdated = next(i for i, o in enumerate(query.options) if o.role == "outdated_preference")
+    swapped = [o.model_copy(update={"grounding": query.options[outdated].grounding}) if o.role == "correct" else o
+               for o in query.options]
+    assert structural_problems(query.model_copy(update={"options": swapped}), facts)
+    early = query.model_copy(update={"as_of": facts.timeline.preferences[0].valid_from - timedelta(days=1)})
+    assert structural_problems(early, facts)
+    final = facts.final(plan.topic)
+    late = Evidence(session_id=final.session.session_id, turn_index=len(final.turns) - 2)
+    anchored = query.model_copy(update={"anchor_session_id": final.session.session_id, "anchor_turn_index": 0,
+                                        "as_of": final.session.time, "evidence": [*query.evidence, late]})
+    assert structural_problems(anchored, facts)
+
+
+def test_balanced_positions_cover_each_position_per_block():
+    positions = balanced_positions(10, 4, random.Random(1))
+    assert sorted(positions[:4]) == [0, 1, 2, 3] and sorted(positions[4:8]) == [0, 1, 2, 3]
+
+
+def test_queries_cli_writes_the_table_and_reports(tmp_path):
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["queries", "--n", "2", "--profile", "smoke", "--llm", "fake",
+                                      "--out", str(out), "--cache", str(tmp_path / "cache.sqlite")])
+    assert result.exit_code == 0, result.output
+    assert (out / "queries.parquet").exists() and (out / "turns.parquet").exists()
+    for line in ("LLM calls per kept query", "wording fallback rate", "longest option", "lexical overlap"):
+        assert line in result.output
