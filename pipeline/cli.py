@@ -127,6 +127,12 @@ from pipeline.cli_queries import queries  # noqa: E402
 app.command()(queries)
 
 
+from pipeline.cli_eval import eval_command, report_command  # noqa: E402
+
+app.command("eval")(eval_command)
+app.command("report")(report_command)
+
+
 def main() -> None:
     app()
 

@@ -402,3 +402,36 @@ def write_jsonl(path: Path, records: Iterable[Any]) -> int:
             fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
             n += 1
     return n
+
+
+# -- derived outputs next to a version (its tables stay untouched) -------------------------------
+
+_OUTPUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+
+
+def write_eval(version: Path, name: str, table: pa.Table, markdown: str, summary: BaseModel) -> Path:
+    """Write one eval run as a unit into ``<version>/evals/<name>/``: results.parquet, summary.md, summary.json."""
+    if not _OUTPUT_NAME.match(name):
+        raise UserError(f"eval run name {name!r}: use letters, digits, '.', '_' or '-' (at most 100)")
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    files = {"results.parquet": sink.getvalue().to_pybytes(), "summary.md": markdown.encode(),
+             "summary.json": (summary.model_dump_json(indent=2) + "\n").encode()}
+    return _write_folder(version / "evals" / name, files)
+
+
+def write_report(version: Path, files: dict[str, bytes]) -> Path:
+    """Write ``<version>/report/`` (report.html and its PNG files) as a unit, replacing an older report."""
+    return _write_folder(version / "report", files)
+
+
+def _write_folder(target: Path, files: dict[str, bytes]) -> Path:
+    staging = make_staging(target.parent, target.name)
+    try:
+        for name, data in files.items():
+            (staging / name).write_bytes(data)
+        replace_dir(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target

@@ -1,0 +1,199 @@
+"""Scoring of an eval run: accuracy per slice with persona-level bootstrap CIs, model-free baselines,
+and the markdown table (also posted as a Prefect artifact when running inside a flow)."""
+
+from __future__ import annotations
+
+import random
+import re
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from pipeline.baselines import chance_accuracy, lexical_overlap_accuracy, longest_option_accuracy
+from schemas.query import Query
+
+Status = Literal["answered", "unparsed", "failed", "skipped"]
+DISTANCE_BUCKETS: tuple[tuple[int, str], ...] = (
+    (1_000, "<1k"), (4_000, "1k-4k"), (16_000, "4k-16k"), (64_000, "16k-64k"), (256_000, "64k-256k"),
+)
+GROUPS = ("type", "topic", "budget", "distance")
+
+
+class EvalRow(BaseModel):
+    """One evaluated (query, context) pair: what was asked, what came back, and whether it was right."""
+
+    persona_id: str
+    query_id: str
+    context_id: str
+    type: str
+    topic: str
+    budget_tokens: int
+    distance_tokens: int
+    distance_bucket: str
+    correct_letter: str
+    correct_position: int
+    status: Status
+    prediction: str | None = None
+    parsed_letter: str | None = None
+    parse_rule: str | None = None
+    correct: bool = False
+    prompt_tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    latency_s: float = 0.0
+    cached: bool = False
+    skipped_reason: str | None = None
+
+
+class Accuracy(BaseModel):
+    """Accuracy over one slice of scored rows with a 95% bootstrap CI (personas resampled)."""
+
+    key: str
+    n: int
+    accuracy: float
+    ci_low: float
+    ci_high: float
+
+
+class EvalSummary(BaseModel):
+    """Everything the markdown table shows, as data (summary.json; the report reads it)."""
+
+    dataset: str
+    version: str
+    run: str
+    llm: str
+    mode: str
+    window: int
+    n_items: int
+    n_scored: int
+    n_skipped: int
+    n_unparsed: int
+    n_failed: int
+    overall: Accuracy
+    groups: dict[str, list[Accuracy]] = Field(default_factory=dict)
+    baselines: dict[str, float] = Field(default_factory=dict)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    n_boot: int = 1000
+    seed: int = 0
+
+
+def distance_bucket(tokens: int) -> str:
+    """The evidence-distance bucket of a placement ("<1k" ... "256k+")."""
+    for limit, label in DISTANCE_BUCKETS:
+        if tokens < limit:
+            return label
+    return "256k+"
+
+
+def budget_label(tokens: int) -> str:
+    """32000 -> '32k', 1000000 -> '1M'."""
+    if tokens >= 1_000_000 and tokens % 1_000_000 == 0:
+        return f"{tokens // 1_000_000}M"
+    return f"{tokens // 1000}k" if tokens % 1000 == 0 else str(tokens)
+
+
+def bootstrap_ci(rows: Sequence[EvalRow], *, n_boot: int, rng: random.Random) -> tuple[float, float]:
+    """The 2.5th and 97.5th percentiles of pooled accuracy over personas drawn with replacement."""
+    per_persona: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for row in rows:
+        per_persona[row.persona_id][0] += row.correct
+        per_persona[row.persona_id][1] += 1
+    clusters = [per_persona[p] for p in sorted(per_persona)]
+    stats = []
+    for _ in range(n_boot):
+        draw = rng.choices(clusters, k=len(clusters))
+        stats.append(sum(c[0] for c in draw) / sum(c[1] for c in draw))
+    stats.sort()
+    return stats[int(0.025 * (n_boot - 1))], stats[int(round(0.975 * (n_boot - 1)))]
+
+
+def accuracy(key: str, rows: Sequence[EvalRow], *, n_boot: int, seed: int) -> Accuracy:
+    """Point accuracy and CI of `rows`; the RNG is seeded by (seed, key), so slices are independent of order."""
+    if not rows:
+        return Accuracy(key=key, n=0, accuracy=0.0, ci_low=0.0, ci_high=0.0)
+    low, high = bootstrap_ci(rows, n_boot=n_boot, rng=random.Random(f"{seed}:{key}"))
+    return Accuracy(key=key, n=len(rows), accuracy=sum(r.correct for r in rows) / len(rows), ci_low=low, ci_high=high)
+
+
+_GROUP_KEYS: dict[str, Callable[[EvalRow], str]] = {
+    "type": lambda r: r.type,
+    "topic": lambda r: r.topic,
+    "budget": lambda r: budget_label(r.budget_tokens),
+    "distance": lambda r: r.distance_bucket,
+}
+
+
+def _group_order(group: str, keys: set[str]) -> list[str]:
+    if group == "distance":
+        order = [label for _, label in DISTANCE_BUCKETS] + ["256k+"]
+        return [k for k in order if k in keys]
+    if group == "budget":
+        return sorted(keys, key=_budget_tokens)
+    return sorted(keys)
+
+
+def _budget_tokens(label: str) -> int:
+    scale = {"k": 1000, "M": 1_000_000}.get(label[-1], 1)
+    return int(label[:-1] if scale > 1 else label) * scale
+
+
+def group_accuracies(rows: Sequence[EvalRow], *, n_boot: int, seed: int) -> dict[str, list[Accuracy]]:
+    """Accuracy per query type, topic, budget and evidence-distance bucket."""
+    out = {}
+    for group in GROUPS:
+        slices: dict[str, list[EvalRow]] = defaultdict(list)
+        for row in rows:
+            slices[_GROUP_KEYS[group](row)].append(row)
+        out[group] = [accuracy(f"{group}={k}", slices[k], n_boot=n_boot, seed=seed)
+                      for k in _group_order(group, set(slices))]
+    return out
+
+
+def baselines(queries: Sequence[Query]) -> dict[str, float]:
+    """Model-free accuracies: random guess, longest option, most words shared with the question."""
+    return {"random": chance_accuracy(queries), "longest_option": longest_option_accuracy(queries),
+            "lexical_overlap": lexical_overlap_accuracy(queries)}
+
+
+def render_markdown(s: EvalSummary) -> str:
+    """The eval's markdown table: overall, per slice, then the baselines."""
+    lines = [f"# Eval `{s.run}` on {s.dataset} {s.version}", "",
+             f"Model `{s.llm}`, mode `{s.mode}`, window {s.window:,} tokens. {s.n_items} queries: "
+             f"{s.n_scored} scored, {s.n_skipped} skipped (longer than the window), {s.n_unparsed} unparseable "
+             f"and {s.n_failed} failed (both scored wrong). Tokens: {s.input_tokens:,} in, {s.output_tokens:,} out.",
+             "", "95% CIs: bootstrap over personas "
+             f"({s.n_boot} resamples, seed {s.seed}).", "",
+             "| slice | n | accuracy | 95% CI |", "|---|---:|---:|---|", _row("overall", s.overall)]
+    for group in GROUPS:
+        lines += [_row(a.key.replace("=", ": ", 1), a) for a in s.groups.get(group, [])]
+    lines += ["", f"Baselines without a model (over all {s.n_items} selected queries):", "",
+              "| baseline | accuracy |", "|---|---:|"]
+    lines += [f"| {name} | {value:.1%} |" for name, value in s.baselines.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _row(label: str, a: Accuracy) -> str:
+    return f"| {label} | {a.n} | {a.accuracy:.1%} | [{a.ci_low:.1%}, {a.ci_high:.1%}] |"
+
+
+def artifact_key(*parts: str) -> str:
+    """A Prefect artifact key (lowercase letters, digits and dashes) from `parts`."""
+    return re.sub(r"[^a-z0-9]+", "-", "-".join(parts).lower()).strip("-")
+
+
+def publish_artifact(key: str, markdown: str, description: str) -> bool:
+    """Post `markdown` as a Prefect artifact when called inside a flow or task run; a no-op (False) outside."""
+    from prefect.context import get_run_context
+    from prefect.exceptions import MissingContextError
+
+    try:
+        get_run_context()
+    except MissingContextError:
+        return False
+    from prefect.artifacts import create_markdown_artifact
+
+    create_markdown_artifact(markdown=markdown, key=key, description=description)
+    return True
