@@ -101,3 +101,20 @@ def test_artifacts_are_posted_only_inside_a_prefect_run(monkeypatch):
     monkeypatch.setattr("prefect.artifacts.create_markdown_artifact", lambda **kw: posted.append(kw))
     assert publish_artifact("report-x", "# hi", "test") is True
     assert posted == [{"markdown": "# hi", "key": "report-x", "description": "test"}]
+
+
+@pytest.mark.slow
+def test_report_inside_a_flow_posts_a_markdown_artifact(version):
+    from prefect import flow
+    from prefect.client.orchestration import get_client
+    from prefect.testing.utilities import prefect_test_harness
+
+    @flow
+    def report_flow(path: str) -> str:
+        return build_report(path).summary
+
+    with prefect_test_harness(server_startup_timeout=180):
+        summary = report_flow(str(version))
+        with get_client(sync_client=True) as client:
+            artifacts = [a for a in client.read_artifacts() if a.key == "report-tiny-v0001"]
+    assert len(artifacts) == 1 and artifacts[0].type == "markdown" and artifacts[0].data == summary
