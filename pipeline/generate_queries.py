@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from pipeline.beats import topic_label
 from pipeline.llm import LLM, LLMError
 from pipeline.query_facts import Facts
-from pipeline.query_gates import code_wording, judge_hits, structural_problems, wording_problem
+from pipeline.query_gates import GATES, code_wording, judge_hits, structural_problems, wording_problem
 from pipeline.query_plan import QueryPlan, persona_facts, plan_queries
 from pipeline.rng import derive_rng
 from pipeline.specs import QUERY
@@ -202,7 +202,8 @@ def _clean(text: str) -> str:
 def gate_report(stats: QueryStats) -> dict[str, float]:
     """Drop rate per gate over planned queries, plus the overall fallback rate and calls per kept query."""
     planned = max(1, stats.planned)
-    out = {f"drop rate ({gate})": n / planned for gate, n in sorted(stats.drops.items())}
+    gates = [*GATES, *sorted(set(stats.drops) - set(GATES))]
+    out = {f"drop rate ({gate})": stats.drops.get(gate, 0) / planned for gate in gates}
     out["wording fallback rate"] = stats.wording_fallbacks / max(1, stats.kept)
     out["LLM calls per kept query"] = stats.llm_calls / max(1, stats.kept)
     return out

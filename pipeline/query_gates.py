@@ -25,6 +25,8 @@ from schemas.config import QuerySettings
 from schemas.query import Query
 from schemas.query_drafts import JudgeContext, judge_draft, pad_to
 
+GATES: tuple[str, ...] = ("structural", "model_call", "duplicate_options", "answer_in_question", "first_person",
+                          "not_a_question", "copies_option", "length", "overlap", "judge")
 FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "i'm", "i've", "i'd", "i'll", "im", "ive"})
 _WORD = re.compile(r"[a-z']+")
 
@@ -114,6 +116,8 @@ def _option_problems(query: Query, facts: Facts) -> list[str]:
         problems.append("the correct chain holds a version that had not ended by as_of")
     if any(events[g].time >= query.as_of for g in correct.grounding if g in events):
         problems.append("the correct option cites an event after as_of")
+    if any(not facts.pools.unheld(g.removeprefix("catalog:")) for g in correct.grounding if g.startswith("catalog:")):
+        problems.append("the correct new idea is something the persona already holds")
     for option in query.options:
         if option.role == "outdated_preference":
             old = [versions.get(g) for g in option.grounding if "@" in g]
@@ -127,8 +131,10 @@ def _evidence_problems(query: Query, facts: Facts) -> list[str]:
     grounded = {g for o in query.options for g in o.grounding}
     anchor = sessions.get(query.anchor_session_id) if query.anchor_session_id else None
     if query.anchor_session_id is not None:
-        if anchor is None or anchor.session.time != query.as_of or anchor.session.topic != query.topic:
-            return ["the anchor is not a session of this topic at as_of"]
+        final = facts.final(query.topic)
+        if anchor is None or final is None or anchor.session.session_id != final.session.session_id \
+                or anchor.session.time != query.as_of:
+            return ["the anchor is not the topic's final session at as_of"]
         if query.anchor_turn_index >= len(anchor.turns) or anchor.turns[query.anchor_turn_index].role != "user":
             return ["the anchor is not a user turn"]
     if not query.evidence:
