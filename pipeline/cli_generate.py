@@ -32,7 +32,14 @@ class RichReporter:
         self.progress.advance(self.personas)
 
     def stage(self, name: str) -> None:
+        self.finish()
         self.progress.add_task(name, total=None)
+
+    def finish(self) -> None:
+        """Mark every open stage done (the flow has moved on or returned)."""
+        for task in self.progress.tasks:
+            if task.total is None:
+                self.progress.update(task.id, total=1, completed=1)
 
 
 def _plan_table(estimate, config, llm_name: str) -> Table:
@@ -95,18 +102,20 @@ def generate(
 
 
 def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: int) -> Path:
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # before Prefect is imported: keep the display clean
     from flows.generate import REPORTER, run_generate
     from pipeline.cli import fail
 
-    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
     started = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     try:
         with Progress(*columns, console=console) as progress:
-            token = REPORTER.set(RichReporter(progress, total))
+            reporter = RichReporter(progress, total)
+            token = REPORTER.set(reporter)
             try:
                 path = run_generate(spec, runner=runner, workers=workers, dask_address=dask_address)
+                reporter.finish()
             finally:
                 REPORTER.reset(token)
     except UserError as exc:
@@ -125,9 +134,10 @@ def _summary(path: Path) -> None:
     for name, count in manifest["counts"].items():
         table.add_row(name, f"{count:,}")
     console.print(table)
-    console.print(
+    how = (
         "Load it with:\n"
-        f"  python -c \"from pipeline.dataset import load; d = load('{path}'); print(d)\"\n"
-        f"  duckdb -c \"select type, count(*) from '{path}/queries.parquet' group by type\"\n"
+        f"  python -c \"from pipeline.dataset import load; d = load('{path}'); print(len(d.queries), 'queries')\"\n"
+        f"  python -c \"import duckdb; duckdb.sql(\\\"select type, count(*) from '{path}/queries.parquet' group by type\\\").show()\"\n"
         f"  personagen export personamem {path} --out {path.parent}/personamem_format"
     )
+    console.print(how, soft_wrap=True)

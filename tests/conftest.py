@@ -11,8 +11,8 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 PERSONAHUB = SHARED / "data" / "personahub" / "personas_5000.jsonl"
 
-os.environ.setdefault("PERSONAGEN_CACHE_DIR", str(REPO / "outputs" / ".cache-tests"))
 os.environ.pop("OPENAI_API_KEY", None)
+os.environ["PREFECT_SERVER_ANALYTICS_ENABLED"] = "false"  # no network: Prefect's server would phone home
 
 
 @pytest.fixture

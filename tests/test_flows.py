@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -73,15 +74,28 @@ def test_killed_run_resumes_with_each_request_sent_once(tmp_path):
     cache = tmp_path / "cache" / "llm.sqlite"
     base = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "2", "--seed", "5",
             "--outputs", str(tmp_path / "out"), "--cache", str(cache), "--workers", "1"]
-    killed = subprocess.run([*base, "--llm", "fake?exit_after=40"], cwd=REPO, env=env, capture_output=True, timeout=600)
-    assert killed.returncode == 137, killed.stderr[-2000:]
+    killed = _run_cli([*base, "--llm", "fake?exit_after=40"], env, tmp_path / "killed.log")
+    assert killed == 137, (tmp_path / "killed.log").read_text()[-2000:]
     rows_after_kill = _ok_rows(cache)
     assert 0 < rows_after_kill <= 40  # calls are committed as they finish; in-flight ones die with the process
-    done = subprocess.run([*base, "--llm", "fake"], cwd=REPO, env=env, capture_output=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
+    done = _run_cli([*base, "--llm", "fake"], env, tmp_path / "resumed.log")
+    assert done == 0, (tmp_path / "resumed.log").read_text()[-2000:]
     (version,) = (tmp_path / "out" / "smoke").glob("v0*")
     resumed_calls = manifest(version)["usage"]["total"]["backend_calls"]
     assert rows_after_kill + resumed_calls == _ok_rows(cache)  # every distinct request reached the model once
+
+
+def _run_cli(args: list[str], env: dict, log: Path) -> int:
+    """Run the CLI in its own process group; afterwards kill what it left (Prefect's temporary server)."""
+    with log.open("wb") as out:
+        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return proc.wait(timeout=600)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def _ok_rows(cache: Path) -> int:
