@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from contextvars import ContextVar
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import create_markdown_artifact, create_progress_artifact, update_progress_artifact
@@ -12,6 +11,7 @@ from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 
+from flows.progress import current_reporter
 from pipeline.errors import UserError
 from pipeline.llm_errors import ConfigError
 from pipeline.run import (
@@ -27,17 +27,6 @@ from pipeline.run import (
 from pipeline.sample_personas import sample_personas
 from schemas.llm import UsageSummary
 from schemas.manifest import Failure
-from schemas.persona import PersonaSeed
-
-
-class Reporter(Protocol):
-    """Receives progress from the flow (the CLI shows it with rich; tests may record it)."""
-
-    def persona_done(self, index: int, from_checkpoint: bool, failed: bool) -> None: ...
-    def stage(self, name: str) -> None: ...
-
-
-REPORTER: ContextVar[Reporter | None] = ContextVar("personagen_reporter", default=None)
 
 
 def _transient(task, task_run, state) -> bool:
@@ -51,33 +40,19 @@ def _transient(task, task_run, state) -> bool:
     return False
 
 
-@task(name="persona-pipeline", task_run_name="persona-{seed.index}", retries=2, retry_delay_seconds=[1, 5],
-      retry_condition_fn=_transient, cache_policy=NO_CACHE, persist_result=False)
-def persona_task(seed: PersonaSeed, spec: RunSpec) -> JobResult:
-    return persona_job(seed, spec)
-
-
-@task(name="filler-pool", retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=_transient,
-      cache_policy=NO_CACHE, persist_result=False)
-def filler_task(spec: RunSpec):
-    return filler_job(spec)
-
-
-@task(name="filler-top-up", retries=2, retry_delay_seconds=[1, 5], retry_condition_fn=_transient,
-      cache_policy=NO_CACHE, persist_result=False)
-def filler_top_up_task(spec: RunSpec, filler, items: set[str]):
-    return complete_filler(spec, filler, items)
-
-
-@task(name="publish-dataset", cache_policy=NO_CACHE, persist_result=False)
-def publish_task(spec: RunSpec, results, filler, usage: UsageSummary, failures: list[Failure], models, stats) -> str:
-    return str(publish_run(spec, results, filler, usage=usage, failures=failures, models=models, extra_stats=stats))
+# Tasks wrap the stage functions themselves, so Dask workers unpickle them by reference.
+_RETRY = {"retries": 2, "retry_delay_seconds": [1, 5], "retry_condition_fn": _transient,
+          "cache_policy": NO_CACHE, "persist_result": False}
+persona_task = task(persona_job, name="persona-pipeline", task_run_name="persona-{seed.index}", **_RETRY)
+filler_task = task(filler_job, name="filler-pool", **_RETRY)
+filler_top_up_task = task(complete_filler, name="filler-top-up", **_RETRY)
+publish_task = task(publish_run, name="publish-dataset", cache_policy=NO_CACHE, persist_result=False)
 
 
 @flow(name="generate-benchmark", persist_result=False, log_prints=False)
 def generate_benchmark(spec: RunSpec) -> str:
     """Seed personas, run each persona's stages concurrently, then assemble and publish one version."""
-    reporter = REPORTER.get()
+    reporter = current_reporter()
     seeds = sample_personas(spec.config.n_personas, run_seed=spec.config.seed, settings=spec.config.personas)
     filler_future = filler_task.submit(spec)
     futures = {persona_task.submit(seed, spec): seed for seed in seeds}
@@ -109,8 +84,8 @@ def generate_benchmark(spec: RunSpec) -> str:
     stats = {"personas_from_checkpoint": sum(j.from_checkpoint for j in done.values()),
              "filler_sessions": len(filler), "filler_dropped": filler_dropped,
              "query_stats": [r.query_stats for r in results]}
-    path = publish_task(spec, results, filler, usage, sorted(failures, key=lambda f: f.persona_index or 0),
-                        [model_name(spec.llm)], stats)
+    path = str(publish_task(spec, results, filler, usage=usage, models=[model_name(spec.llm)], extra_stats=stats,
+                            failures=sorted(failures, key=lambda f: f.persona_index or 0)))
     create_markdown_artifact(markdown=Path(path, "README.md").read_text(encoding="utf-8"), key="dataset-card",
                              description=f"published {path}")
     get_run_logger().info("published %s", path)

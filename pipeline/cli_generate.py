@@ -9,7 +9,14 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from pipeline.config import load_config
@@ -103,7 +110,8 @@ def generate(
 
 def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: int) -> Path:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # before Prefect is imported: keep the display clean
-    from flows.generate import REPORTER, run_generate
+    from flows.generate import run_generate
+    from flows.progress import REPORTER
     from pipeline.cli import fail
 
     started = time.perf_counter()
