@@ -92,8 +92,12 @@ def generate(
 
     if runner not in ("thread", "dask"):
         raise fail(f"--runner: expected thread or dask, got {runner!r}")
+    for option, value in (("--workers", workers), ("--keep", keep)):
+        if value is not None and value < 1:
+            raise fail(f"{option} {value}: must be at least 1")
     try:
         config = load_config(profile, n_personas=n, seed=seed)
+        _preflight(config, outputs)
         settings = LLMSettings(llm=llm, cache_path=cache, cache_only=cache_only)
         gateway = LLM(settings)
         gateway.preflight()
@@ -108,8 +112,21 @@ def generate(
     _summary(path)
 
 
+def _preflight(config, outputs: Path) -> None:
+    """Fail before any model call on what would fail later: a broken template, an unwritable outputs folder."""
+    from pipeline.dataset import check_writable
+    from pipeline.prompting import preflight_templates
+    from pipeline.specs import ALL_SPECS
+
+    preflight_templates(ALL_SPECS.values())
+    check_writable(outputs, config.dataset)
+
+
 def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: int) -> Path:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # before Prefect is imported: keep the display clean
+    # The CLI reports a failure itself, in one `error:` line; Prefect's console tracebacks would bury it
+    # (its logs still reach the Prefect API, and a real crash still prints Python's traceback).
+    os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
     from flows.generate import run_generate
     from flows.progress import REPORTER
     from pipeline.cli import fail

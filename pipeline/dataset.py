@@ -156,11 +156,33 @@ def publish(
 
     A failed validation publishes nothing and raises :class:`PublishError` saying why.
     """
-    staging = stage_tables(root, info.config.dataset, tables)
     try:
-        return publish_staged(staging, info, keep=keep)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        staging = stage_tables(root, info.config.dataset, tables)
+        try:
+            return publish_staged(staging, info, keep=keep)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    except OSError as exc:  # a full disk or a read-only folder: one line, and the staging folder is gone
+        raise PublishError(f"{root / info.config.dataset}: cannot write the dataset ({_os_reason(exc)}); "
+                           "nothing published") from None
+
+
+def check_writable(root: Path, dataset: str) -> None:
+    """Raise PublishError unless ``root/dataset`` can take a new version; run before any model call."""
+    folder = root / dataset
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise PublishError(f"{folder}: outputs folder is not writable ({_os_reason(exc)})") from None
+
+
+def _os_reason(exc: OSError) -> str:
+    """`strerror: filename` of an OSError, in one line."""
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or str(exc).splitlines()[0]}{where}"
 
 
 def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None) -> Path:

@@ -10,6 +10,7 @@ data (persona text with `{{ }}` in it stays literal) and are never themselves re
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -22,7 +23,10 @@ from jinja2 import meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel
 
+from pipeline.errors import UserError
+
 BLOCKS = ("system", "user")
+PROMPTS_ENV = "PERSONAGEN_PROMPTS"  # a templates folder to use instead of the repository's prompts/
 
 
 class ChatMessage(BaseModel):
@@ -56,8 +60,9 @@ class PromptSpec:
 
 
 def default_prompts_dir() -> Path:
-    """The repository's `prompts/` folder (next to the `pipeline` package)."""
-    return Path(__file__).resolve().parents[1] / "prompts"
+    """$PERSONAGEN_PROMPTS when set, else the repository's `prompts/` folder (next to the `pipeline` package)."""
+    override = os.environ.get(PROMPTS_ENV)
+    return Path(override) if override else Path(__file__).resolve().parents[1] / "prompts"
 
 
 @dataclass
@@ -171,6 +176,18 @@ def check_specs(specs: Iterable[PromptSpec], env: PromptEnv | None = None) -> li
         if name not in used and not Path(name).name.startswith("_"):
             problems.append(_problem(env, name, 1, "no PromptSpec in pipeline/specs.py uses this template"))
     return problems
+
+
+class TemplateProblem(UserError):
+    """A template would fail or mislead at run time; the message is `file:line: what is wrong`."""
+
+
+def preflight_templates(specs: Iterable[PromptSpec], env: PromptEnv | None = None) -> None:
+    """Raise TemplateProblem naming the first lint finding, before a run spends any model call."""
+    problems = check_specs(specs, env)
+    if problems:
+        more = f" (+{len(problems) - 1} more: personagen prompts check)" if len(problems) > 1 else ""
+        raise TemplateProblem(f"{problems[0]}{more}")
 
 
 def _problem(env: PromptEnv, name: str, line: int, message: str) -> PromptProblem:

@@ -11,6 +11,9 @@ ProfileMode = Literal["once", "per_session"]
 ChatRole = Literal["system", "user", "assistant"]
 
 
+MAX_BUDGET = 10_000_000
+
+
 class AssemblySettings(BaseModel):
     """How contexts are built: token budgets, ordering modes, filler placement, profile messages."""
 
@@ -33,6 +36,8 @@ class AssemblySettings(BaseModel):
     def _budgets(self) -> AssemblySettings:
         if any(b < 1000 for b in self.budgets) or len(set(self.budgets)) != len(self.budgets):
             raise ValueError("assembly.budgets: each budget must be distinct and at least 1000 tokens")
+        if max(self.budgets) > MAX_BUDGET:  # filler is generated until the largest budget is full
+            raise ValueError(f"assembly.budgets: {max(self.budgets):,} tokens is more than {MAX_BUDGET:,}")
         return self
 
 

@@ -1,0 +1,142 @@
+"""Bad input to `personagen generate`: one `error:` line naming the culprit, exit 2, nothing published."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from pipeline.cli import app
+
+REPO = Path(__file__).resolve().parents[1]
+TWO_PERIODS = "periods:\n  - {name: INIT, offset_days: 0}\n  - {name: MONTH, offset_days: 30}\n"
+
+
+def generate(tmp: Path, *args: str, env: dict | None = None) -> Result:
+    """`personagen generate` in-process, into tmp/out with a cache under tmp/cache."""
+    base = ["generate", "--outputs", str(tmp / "out"), "--cache", str(tmp / "cache" / "llm.sqlite"), "--workers", "1"]
+    return CliRunner().invoke(app, [*base, *args], env=env)
+
+
+def assert_rejected(result: Result, tmp: Path, *culprits: str) -> str:
+    """Exit 2, exactly one stderr line `error: ...` naming every culprit, and no version or `latest`."""
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2, (result.exit_code, result.output[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for culprit in culprits:
+        assert culprit in lines[0], lines[0]
+    out = tmp / "out"
+    published = [p for p in out.rglob("*") if p.name == "latest" or p.name.startswith("v0")] if out.exists() else []
+    assert published == []
+    return lines[0]
+
+
+def profile(tmp: Path, body: str) -> str:
+    """A profile YAML file holding `body`; returns its path."""
+    path = tmp / "profile.yaml"
+    path.write_text(f"dataset: bad\nn_personas: 1\ntopics: [foodRecommendation]\n{body}", encoding="utf-8")
+    return str(path)
+
+
+PERSONAHUB_FILES = {
+    "bad_json": (b'{"persona": "a chef"}\n{"persona": "a pilot",\n', ":2: invalid JSON"),
+    "missing_key": (b'{"persona": "a chef"}\n{"name": "a pilot"}\n', ':2: missing key "persona"'),
+    "empty": (b"", ": empty file"),
+    "binary_garbage": (b"\x89PNG\r\n\x1a\n\xff\xfe\x00\x80" * 8, ":1: not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PERSONAHUB_FILES))
+def test_malformed_personahub_file_names_file_and_line(tmp_path, case):
+    content, expected = PERSONAHUB_FILES[case]
+    seeds = tmp_path / f"{case}.jsonl"
+    seeds.write_bytes(content)
+    path = profile(tmp_path, f"personas: {{source: personahub, personahub_path: '{seeds}'}}\n")
+    result = generate(tmp_path, "--profile", path, "--llm", "fake")
+    assert_rejected(result, tmp_path, f"{seeds}{expected}")
+
+
+def copied_prompts(tmp: Path, template: str, edit) -> Path:
+    """A copy of prompts/ with `template` rewritten by `edit(source) -> source`."""
+    root = tmp / "prompts"
+    shutil.copytree(REPO / "prompts", root)
+    path = root / template
+    path.write_text(edit(path.read_text(encoding="utf-8")), encoding="utf-8")
+    return root
+
+
+def test_template_syntax_error_names_the_template(tmp_path):
+    root = copied_prompts(tmp_path, "expand_persona/profile.jinja",
+                          lambda s: s.replace("{% endif %}", "{% endiff %}", 1))
+    result = generate(tmp_path, "--profile", "smoke", "--llm", "fake", env={"PERSONAGEN_PROMPTS": str(root)})
+    assert_rejected(result, tmp_path, "expand_persona/profile.jinja:", "syntax error")
+
+
+def test_template_with_undefined_variable_names_the_variable(tmp_path):
+    root = copied_prompts(tmp_path, "write_sessions/beat.jinja",
+                          lambda s: s.replace("{% endblock %}", "{{ favourite_colour }}{% endblock %}", 1))
+    result = generate(tmp_path, "--profile", "smoke", "--llm", "fake", env={"PERSONAGEN_PROMPTS": str(root)})
+    assert_rejected(result, tmp_path, "write_sessions/beat.jinja:", "'favourite_colour'")
+
+
+CONFIG_CASES = {
+    "unknown_topic": ("topics: [foodRecommendation, underwaterBasketWeaving]\n", "underwaterBasketWeaving"),
+    "period_without_offset": (TWO_PERIODS.replace(", offset_days: 30", ""), "periods.1.offset_days"),
+    "period_by_bare_name": ("periods: [INIT, NEXT_DECADE]\n", "periods.0"),
+    "budget_below_one_session": ("assembly: {budgets: [120]}\n", "assembly.budgets"),
+    "absurd_budget": ("assembly: {budgets: [1000000000000]}\n", "assembly.budgets"),
+    "no_topics": ("topics: []\n", "topics"),
+    "unknown_setting": ("text: {sesions_per_period: 2}\n", "text.sesions_per_period"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_CASES))
+def test_bad_config_names_file_and_field(tmp_path, case):
+    body, culprit = CONFIG_CASES[case]
+    path = profile(tmp_path, body)
+    result = generate(tmp_path, "--profile", path, "--llm", "fake")
+    assert_rejected(result, tmp_path, culprit)
+
+
+@pytest.mark.parametrize("n", ["0", "-3", "1000000000"])
+def test_absurd_persona_count_is_refused(tmp_path, n):
+    result = generate(tmp_path, "--profile", "smoke", "--n", n, "--llm", "fake")
+    assert_rejected(result, tmp_path, "n_personas")
+
+
+def test_unknown_llm_string_lists_the_choices(tmp_path):
+    result = generate(tmp_path, "--profile", "smoke", "--llm", "gpt-4o-mini")
+    assert_rejected(result, tmp_path, "unknown LLM backend 'gpt-4o-mini'", "openai:<model>")
+
+
+def test_missing_api_key_says_which_variable(tmp_path):
+    result = generate(tmp_path, "--profile", "smoke", "--llm", "openai:gpt-4o-mini", env={"OPENAI_API_KEY": None})
+    assert_rejected(result, tmp_path, "OPENAI_API_KEY is not set", "openai:gpt-4o-mini")
+
+
+def test_unreachable_base_url_names_the_url(tmp_path):
+    url = f"http://127.0.0.1:{closed_port()}/v1"
+    env = {"OPENAI_API_KEY": "sk-test-unused", "OPENAI_BASE_URL": url}
+    result = generate(tmp_path, "--profile", "smoke", "--llm", "openai:gpt-4o-mini", env=env)
+    assert_rejected(result, tmp_path, f"cannot reach OPENAI_BASE_URL {url}")
+
+
+def test_unknown_profile_lists_the_known_ones(tmp_path):
+    result = generate(tmp_path, "--profile", "smok", "--llm", "fake")
+    assert_rejected(result, tmp_path, "unknown profile 'smok'", "smoke")
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("option", ["--workers", "--keep"])
+def test_zero_workers_or_keep_is_refused_up_front(tmp_path, option):
+    result = generate(tmp_path, "--profile", "smoke", "--llm", "fake", option, "0")
+    assert_rejected(result, tmp_path, f"{option} 0")
