@@ -1,0 +1,273 @@
+"""Fault injection: a faulty model, kill -9 and resume, concurrent runs, a full or unwritable disk.
+
+Each test checks the same promise: a run either publishes a complete, valid version with nothing
+lost, or publishes nothing and says why in one line; the LLM cache survives either way.
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+import pipeline.dataset
+import pipeline.llm_fake
+from pipeline.config import load_config
+from pipeline.dataset import load
+from pipeline.run import RunSpec
+from pipeline.validate import validate_tables
+from schemas.llm import LLMSettings
+from schemas.tables import TABLES
+
+REPO = Path(__file__).resolve().parents[1]
+FAULTY = "fake?malformed_json=0.1&rate_limit=0.05&timeout=0.02&truncation=0.02"
+TRANSPORT = ("rate_limit", "timeout")
+CONTENT = ("malformed_json", "truncation")
+
+
+@pytest.fixture(scope="module")
+def harness():
+    from prefect.testing.utilities import prefect_test_harness
+
+    with prefect_test_harness(server_startup_timeout=180):
+        yield
+
+
+@pytest.fixture
+def injected(monkeypatch) -> collections.Counter:
+    """Counts every reply of the fake backend by the fault it carried ('none' for a clean one)."""
+    seen: collections.Counter = collections.Counter()
+    original = pipeline.llm_fake._apply
+
+    async def counting(fault, text, request):
+        seen[fault.kind if fault else "none"] += 1
+        return await original(fault, text, request)
+
+    monkeypatch.setattr(pipeline.llm_fake, "_apply", counting)
+    return seen
+
+
+def spec_for(root: Path, llm: str, *, n: int = 2) -> RunSpec:
+    """A smoke run with short timeouts and backoff, so injected timeouts cost little."""
+    settings = LLMSettings(llm=llm, cache_path=root / "cache" / "llm.sqlite", timeout_s=0.3, backoff_s=0.01,
+                           backoff_max_s=0.05)
+    return RunSpec(config=load_config("smoke", n_personas=n, seed=11), llm=settings, outputs=root / "out")
+
+
+def table_bytes(version: Path) -> dict[str, bytes]:
+    return {name: (version / f"{name}.parquet").read_bytes() for name in TABLES}
+
+
+def manifest(version: Path) -> dict:
+    return json.loads((version / "manifest.json").read_text(encoding="utf-8"))
+
+
+def assert_valid(version: Path) -> None:
+    """The version loads as typed rows and passes every cross-table check again."""
+    ds = load(version)
+    tables = {name: getattr(ds, name) for name in TABLES}
+    config = load_config("smoke")
+    report = validate_tables(tables, period_order=[p.name for p in config.periods],
+                             tolerance=config.assembly.tolerance)
+    assert report.ok, report.errors[:3]
+    assert manifest(version)["validation"]["ok"]
+
+
+def test_faulty_model_run_publishes_every_row(harness, injected, tmp_path):
+    """10% malformed, 5% 429, 2% timeouts, 2% truncated: same tables as a clean run, every fault accounted."""
+    from flows.generate import run_generate
+
+    clean = run_generate(spec_for(tmp_path / "clean", "fake"), workers=2)
+    injected.clear()
+    faulty = run_generate(spec_for(tmp_path / "faulty", FAULTY), workers=2)
+    assert_valid(faulty)
+    usage = manifest(faulty)["usage"]["total"]
+    faults = sum(injected[k] for k in (*TRANSPORT, *CONTENT))
+    assert injected["malformed_json"] and injected["rate_limit"] and injected["timeout"] and injected["truncation"]
+    assert usage["backend_calls"] == injected["none"] + faults
+    assert usage["retries"] == sum(injected[k] for k in TRANSPORT)
+    assert usage["reasks"] == sum(injected[k] for k in CONTENT)
+    assert usage["failures"] == 0 and manifest(faulty)["failures"] == []
+    lost = {n: c - manifest(faulty)["counts"][n] for n, c in manifest(clean)["counts"].items()}
+    assert set(lost.values()) == {0}
+    assert table_bytes(faulty) == table_bytes(clean)
+    print(f"\nfault run: {usage['backend_calls']} requests, {faults} faults {dict(injected)}, "
+          f"{usage['retries']} retries, {usage['reasks']} re-asks, "
+          f"{sum(manifest(faulty)['counts'].values())} rows published, {sum(lost.values())} lost")
+
+
+def test_loopback_server_faults_are_retried(harness, tmp_path, monkeypatch):
+    """The OpenAI path: 429 with Retry-After, 500, non-JSON, finish_reason=length and a hung reply all recover."""
+    from flows.generate import run_generate
+    from tests.support.openai_server import OpenAIServer
+
+    with OpenAIServer(retry_after_s=0.05, slow_s=2.0) as server:
+        for index, fault in enumerate(["rate_limit", "server_error", "malformed", "length", "slow"] * 4):
+            server.schedule(3 + 7 * index, fault)
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-loopback")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        version = run_generate(spec_for(tmp_path, "openai:test-model", n=1), workers=2)
+        requests = server.requests
+    assert_valid(version)
+    usage = manifest(version)["usage"]["total"]
+    assert usage["backend_calls"] == requests
+    assert usage["retries"] >= 12  # the 429s, 500s and hung replies
+    assert usage["reasks"] >= 8  # the non-JSON and truncated replies
+
+
+def run_cli(tmp: Path, *args: str) -> Result:
+    """`personagen generate` in-process (smoke, fake model) into tmp/out with the cache in tmp/cache."""
+    base = ["generate", "--profile", "smoke", "--n", "2", "--seed", "11", "--llm", "fake", "--workers", "2",
+            "--outputs", str(tmp / "out"), "--cache", str(tmp / "cache" / "llm.sqlite")]
+    from pipeline.cli import app
+
+    return CliRunner().invoke(app, [*base, *args])
+
+
+def cache_rows(cache: Path) -> list[tuple]:
+    """Every stored call (key, status), after an integrity check of the SQLite file."""
+    with sqlite3.connect(cache) as db:
+        assert db.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+        return sorted(db.execute("SELECT key, status FROM calls").fetchall())
+
+
+def test_disk_full_while_publishing_publishes_nothing(harness, tmp_path, monkeypatch):
+    """ENOSPC on the 6th table: one error line, no v0002, latest unchanged, no staging left, cache intact."""
+    first = run_cli(tmp_path)
+    assert first.exit_code == 0, first.output[-2000:]
+    dataset = tmp_path / "out" / "smoke"
+    rows = cache_rows(tmp_path / "cache" / "llm.sqlite")
+    written = []
+    real_write = pipeline.dataset.write_table
+
+    def filling_disk(directory, name, table_rows):
+        written.append(name)
+        if len(written) == 6:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory / f"{name}.parquet"))
+        return real_write(directory, name, table_rows)
+
+    monkeypatch.setattr(pipeline.dataset, "write_table", filling_disk)
+    full = run_cli(tmp_path)
+    errors = [line for line in full.stderr.splitlines() if line.startswith("error:")]
+    assert full.exit_code == 2 and len(errors) == 1 and full.stderr.strip().splitlines()[-1] == errors[0]
+    assert "No space left on device" in errors[0] and "nothing published" in errors[0]
+    assert sorted(p.name for p in dataset.iterdir()) == [".lock", "latest", "v0001"]
+    assert os.readlink(dataset / "latest") == "v0001"
+    assert cache_rows(tmp_path / "cache" / "llm.sqlite") == rows
+    monkeypatch.setattr(pipeline.dataset, "write_table", real_write)
+    again = run_cli(tmp_path)
+    assert again.exit_code == 0, again.output[-2000:]
+    assert manifest(dataset / "v0002")["usage"]["total"]["backend_calls"] == 0
+    assert table_bytes(dataset / "v0002") == table_bytes(dataset / "v0001")
+
+
+def test_unwritable_outputs_fail_before_any_model_call(tmp_path):
+    """Outputs under a regular file: the preflight says so in one line; no cache, no model call."""
+    (tmp_path / "blocker").write_text("not a folder")
+    from pipeline.cli import app
+
+    result = CliRunner().invoke(app, ["generate", "--profile", "smoke", "--llm", "fake",
+                                      "--outputs", str(tmp_path / "blocker" / "out"),
+                                      "--cache", str(tmp_path / "cache" / "llm.sqlite")])
+    (line,) = result.stderr.strip().splitlines()
+    target = tmp_path / "blocker" / "out" / "smoke"
+    assert result.exit_code == 2 and line.startswith(f"error: {target}: outputs folder is not writable (Not a directory")
+    assert not (tmp_path / "cache").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through read-only permissions")
+def test_read_only_dataset_folder_fails_up_front(tmp_path):
+    """A dataset folder without write permission: one error line, latest unchanged."""
+    dataset = tmp_path / "out" / "smoke"
+    dataset.mkdir(parents=True)
+    dataset.chmod(0o555)
+    try:
+        from pipeline.cli import app
+
+        result = CliRunner().invoke(app, ["generate", "--profile", "smoke", "--llm", "fake",
+                                          "--outputs", str(tmp_path / "out"),
+                                          "--cache", str(tmp_path / "cache" / "llm.sqlite")])
+    finally:
+        dataset.chmod(0o755)
+    (line,) = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and line.startswith(f"error: {dataset}: outputs folder is not writable (Permission")
+    assert list(dataset.iterdir()) == []
+
+
+# -- subprocess runs: kill -9 and concurrency -----------------------------------------------------
+
+CLI = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "2", "--seed", "5",
+       "--workers", "2"]
+ENV = {**os.environ, "PREFECT_LOGGING_LEVEL": "ERROR"}
+
+
+def start_cli(root: Path, llm: str, log: Path) -> subprocess.Popen:
+    """The CLI in its own process group, output to `log`."""
+    args = [*CLI, "--llm", llm, "--outputs", str(root / "out"), "--cache", str(root / "cache" / "llm.sqlite")]
+    with log.open("wb") as out:
+        return subprocess.Popen(args, cwd=REPO, env=ENV, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+
+
+def finish(proc: subprocess.Popen) -> int:
+    """Wait for the CLI, then kill what its group left behind (Prefect's temporary server)."""
+    try:
+        return proc.wait(timeout=600)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def ok_keys(root: Path) -> set[str]:
+    with sqlite3.connect(root / "cache" / "llm.sqlite") as db:
+        return {k for (k,) in db.execute("SELECT key FROM calls WHERE status = 'ok'")}
+
+
+@pytest.mark.slow
+def test_five_kills_then_resume_equals_an_uninterrupted_run(tmp_path):
+    """kill -9 at 5 seeded points, rerunning each time: same tables, and no completed request sent twice."""
+    points = [random.Random(9).randint(3, 22) for _ in range(5)]
+    killed = tmp_path / "killed"
+    committed = 0
+    for i, k in enumerate(points):
+        before = ok_keys(killed) if (killed / "cache").exists() else set()
+        code = finish(start_cli(killed, f"fake?exit_after={k}", tmp_path / f"kill{i}.log"))
+        assert code == 137, (tmp_path / f"kill{i}.log").read_text()[-2000:]
+        done = len(ok_keys(killed) - before)
+        assert 0 <= k - done <= 8 * 2  # only requests in flight at the kill are lost (concurrency x workers)
+        committed += done
+    assert finish(start_cli(killed, "fake", tmp_path / "resume.log")) == 0, (tmp_path / "resume.log").read_text()
+    assert finish(start_cli(tmp_path / "whole", "fake", tmp_path / "whole.log")) == 0
+    (resumed,) = (killed / "out" / "smoke").glob("v0*")
+    (whole,) = (tmp_path / "whole" / "out" / "smoke").glob("v0*")
+    assert table_bytes(resumed) == table_bytes(whole)
+    assert ok_keys(killed) == ok_keys(tmp_path / "whole")
+    assert committed + manifest(resumed)["usage"]["total"]["backend_calls"] == len(ok_keys(killed))
+    assert_valid(resumed)
+
+
+@pytest.mark.slow
+def test_two_runs_into_one_outputs_root_publish_two_versions(tmp_path):
+    """Two `generate` processes at once, sharing outputs and cache: v0001 and v0002, both valid and complete."""
+    procs = [start_cli(tmp_path, "fake", tmp_path / f"run{i}.log") for i in range(2)]
+    codes = [finish(p) for p in procs]
+    assert codes == [0, 0], [(tmp_path / f"run{i}.log").read_text()[-2000:] for i in range(2)]
+    dataset = tmp_path / "out" / "smoke"
+    assert sorted(p.name for p in dataset.glob("v0*")) == ["v0001", "v0002"]
+    assert os.readlink(dataset / "latest") == "v0002"
+    assert not list(dataset.glob(".staging-*"))
+    for version in ("v0001", "v0002"):
+        assert_valid(dataset / version)
+    assert table_bytes(dataset / "v0001") == table_bytes(dataset / "v0002")
