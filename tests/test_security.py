@@ -1,0 +1,125 @@
+"""Security: text never executes as a template, the API key is never written, files follow the umask."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import jinja2
+import pytest
+from pydantic import BaseModel
+
+import pipeline.llm_fake
+from pipeline.config import load_config
+from pipeline.prompting import PromptEnv, PromptSpec
+from pipeline.run import RunSpec, persona_job
+from pipeline.sample_personas import sample_personas
+from schemas.llm import LLMSettings
+
+REPO = Path(__file__).resolve().parents[1]
+HOSTILE = ("{{ 7*7 }}", "{% for x in range(10**9) %}", "{{ ''.__class__.__mro__ }}")
+PLANTED_KEY = "sk-test-PLANTED-123"
+
+
+@pytest.fixture
+def hostile_model(monkeypatch) -> None:
+    """The fake model appends every hostile string to each exchange it writes."""
+    original = pipeline.llm_fake._apply
+
+    async def hostile(fault, text, request):
+        reply = await original(fault, text, request)
+        if request.output.__name__ != "ExchangeDraft":
+            return reply
+        data = json.loads(reply.text)
+        data = {k: f"{v} {' '.join(HOSTILE)}" for k, v in data.items()}
+        return reply.model_copy(update={"text": json.dumps(data)})
+
+    monkeypatch.setattr(pipeline.llm_fake, "_apply", hostile)
+
+
+def test_hostile_persona_and_model_text_stay_literal(tmp_path, hostile_model):
+    """Template syntax in a PersonaHub seed and in model replies is stored and re-sent verbatim, never evaluated."""
+    seeds = tmp_path / "seeds.jsonl"
+    seed_text = f"A night-shift nurse who types {HOSTILE[0]} and {HOSTILE[1]} and {HOSTILE[2]} into forms."
+    seeds.write_text(json.dumps({"persona": seed_text}) + "\n", encoding="utf-8")
+    config = load_config("smoke", n_personas=1, personas={"source": "personahub", "personahub_path": str(seeds)})
+    cache = tmp_path / "cache" / "llm.sqlite"
+    spec = RunSpec(config=config, llm=LLMSettings(llm="fake", cache_path=cache), outputs=tmp_path / "out")
+    (seed,) = sample_personas(1, run_seed=config.seed, settings=config.personas)
+    text = persona_job(seed, spec).result.text
+    assert text.persona.seed_text == seed_text and seed_text in text.persona.profile
+    turns = [t.content for s in text.sessions for t in s.turns]
+    assert sum(all(h in c for h in HOSTILE) for c in turns) >= len(text.sessions)
+    prompts = [m["content"] for (request,) in _requests(cache) for m in json.loads(request)]
+    assert any(seed_text in p for p in prompts)  # the seed is sent as data
+    assert sum(text.persona.profile in p for p in prompts) > 10  # so is the model's profile, in later stages
+    everything = "\n".join([text.persona.profile, *turns, *prompts])
+    assert "<class" not in everything
+
+
+def _requests(cache: Path) -> list[tuple[str]]:
+    with sqlite3.connect(cache) as db:
+        return db.execute("SELECT request FROM calls ORDER BY created_at").fetchall()
+
+
+class Empty(BaseModel):
+    """A context without fields."""
+
+
+@pytest.mark.parametrize(("body", "error"), [
+    ("{{ ''.__class__.__mro__ }}", jinja2.exceptions.SecurityError),
+    ("{% for x in range(10**9) %}x{% endfor %}", OverflowError),
+    ("{{ cycler.__init__.__globals__ }}", jinja2.exceptions.SecurityError),
+])
+def test_sandbox_stops_a_hostile_template(tmp_path, body, error):
+    """Even a template author cannot reach Python internals or run an unbounded loop."""
+    (tmp_path / "evil").mkdir()
+    (tmp_path / "evil" / "t.jinja").write_text(f"{{% block system %}}hi{{% endblock %}}{{% block user %}}{body}"
+                                               "{% endblock %}", encoding="utf-8")
+    spec = PromptSpec(name="evil", template="evil/t.jinja", context=Empty, output=Empty)
+    with pytest.raises(error):
+        PromptEnv(tmp_path).render(spec, Empty())
+
+
+@pytest.mark.parametrize("umask", [pytest.param(0o022, marks=pytest.mark.slow), 0o077])
+def test_api_key_never_written_and_files_follow_umask(tmp_path, umask):
+    """A real-key run against the loopback server: the key is in no produced file, modes follow the umask."""
+    from tests.support.openai_server import OpenAIServer
+
+    with OpenAIServer(api_key=PLANTED_KEY) as server:
+        env = {**os.environ, "OPENAI_API_KEY": PLANTED_KEY, "OPENAI_BASE_URL": server.base_url,
+               "PREFECT_HOME": str(tmp_path / "prefect"), "PREFECT_LOGGING_LEVEL": "DEBUG"}
+        code = _run_cli(tmp_path, env, umask)
+        assert server.requests > 0
+    assert code == 0, (tmp_path / "run.log").read_text()[-2000:]
+    produced = [p for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()]
+    assert len(produced) > 15 and any(p.name == "manifest.json" for p in produced)
+    assert [p for p in produced if PLANTED_KEY.encode() in p.read_bytes()] == []
+    for path in [*(tmp_path / "out").rglob("*"), *(tmp_path / "cache").rglob("*")]:
+        mode = stat.S_IMODE(path.lstat().st_mode)
+        if not path.is_symlink():
+            allowed = (0o777 if path.is_dir() else 0o666) & ~umask
+            assert mode & ~allowed == 0, (path, oct(mode))
+            assert mode & stat.S_IROTH or umask & 0o004, (path, oct(mode))  # not stricter than the umask either
+
+
+def _run_cli(tmp: Path, env: dict, umask: int) -> int:
+    """`personagen generate` (1 persona, openai:test-model) under `umask`, in its own process group."""
+    args = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "1", "--workers", "2",
+            "--llm", "openai:test-model", "--outputs", str(tmp / "out"), "--cache", str(tmp / "cache" / "llm.sqlite")]
+    with (tmp / "run.log").open("wb") as log:
+        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=lambda: os.umask(umask))
+        try:
+            return proc.wait(timeout=600)
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
