@@ -238,7 +238,8 @@ def ok_keys(root: Path) -> set[str]:
 @pytest.mark.slow
 def test_five_kills_then_resume_equals_an_uninterrupted_run(tmp_path):
     """kill -9 at 5 seeded points, rerunning each time: same tables, and no completed request sent twice."""
-    points = [random.Random(9).randint(3, 22) for _ in range(5)]
+    rng = random.Random(9)
+    points = [rng.randint(3, 22) for _ in range(5)]
     killed = tmp_path / "killed"
     committed = 0
     for i, k in enumerate(points):
@@ -248,6 +249,7 @@ def test_five_kills_then_resume_equals_an_uninterrupted_run(tmp_path):
         done = len(ok_keys(killed) - before)
         assert 0 <= k - done <= 8 * 2  # only requests in flight at the kill are lost (concurrency x workers)
         committed += done
+        print(f"kill {i}: at call {k}, {done} calls completed, {k - done} in flight lost")
     assert finish(start_cli(killed, "fake", tmp_path / "resume.log")) == 0, (tmp_path / "resume.log").read_text()
     assert finish(start_cli(tmp_path / "whole", "fake", tmp_path / "whole.log")) == 0
     (resumed,) = (killed / "out" / "smoke").glob("v0*")
