@@ -100,6 +100,13 @@ class LocalBackend:
         """Run one constrained chat completion on the model's thread."""
         return await asyncio.get_running_loop().run_in_executor(self.loaded().executor, self._complete, request)
 
+    @staticmethod
+    def _max_tokens(request: BackendRequest) -> int:
+        """The request's cap, lowered to what a valid structured reply can need (stops runaway strings)."""
+        if request.free_text or not request.schema:
+            return request.max_tokens
+        return min(request.max_tokens, token_cap(request.schema))
+
     def _complete(self, request: BackendRequest) -> BackendReply:
         model = self.loaded()
         grammar = None if request.free_text else self.grammar(request.schema)[0]
@@ -107,7 +114,7 @@ class LocalBackend:
             try:
                 result = model.llama.create_chat_completion(
                     messages=request.messages, grammar=grammar, temperature=request.temperature,
-                    top_p=request.top_p, max_tokens=request.max_tokens, seed=request.seed)
+                    top_p=request.top_p, max_tokens=self._max_tokens(request), seed=request.seed)
             except ValueError as exc:  # e.g. the prompt does not fit n_ctx
                 raise CallFailed(f"embedded model rejected the request: {exc}") from None
         choice = result["choices"][0]
@@ -117,25 +124,45 @@ class LocalBackend:
                             output_tokens=usage.get("completion_tokens", 0))
 
 
-MAX_GRAMMAR_LENGTH = 800
+GRAMMAR_MAX_LENGTH = 64
+GRAMMAR_MIN_LENGTH = 32
 
 
 def grammar_schema(schema: object) -> object:
-    """The schema with string length bounds the grammar can carry.
+    """The schema with string length bounds the grammar can carry cheaply.
 
-    llama.cpp expands `maxLength: n` into n nested optional rules, and its parser rejects large
-    expansions (seen from about 1,200) at sampling time with a crash rather than an error. So
-    bounds are capped at 800 here; pydantic still validates the full bounds afterwards.
+    llama.cpp expands `maxLength: n` into n nested optional rules: large ones crash its parser
+    (seen from about 1,200) and even 800 makes sampling several times slower. So long bounds are
+    dropped (the token cap from :func:`token_cap` bounds the reply instead) and long minimums are
+    shortened; pydantic still validates the full bounds afterwards and the gateway re-asks.
     """
     if isinstance(schema, list):
         return [grammar_schema(v) for v in schema]
     if not isinstance(schema, dict):
         return schema
     out = {k: grammar_schema(v) for k, v in schema.items()}
-    for bound in ("maxLength", "minLength"):
-        if isinstance(out.get(bound), int) and out[bound] > MAX_GRAMMAR_LENGTH:
-            out[bound] = MAX_GRAMMAR_LENGTH
+    if isinstance(out.get("maxLength"), int) and out["maxLength"] > GRAMMAR_MAX_LENGTH:
+        del out["maxLength"]
+    if isinstance(out.get("minLength"), int) and out["minLength"] > GRAMMAR_MIN_LENGTH:
+        out["minLength"] = GRAMMAR_MIN_LENGTH
     return out
+
+
+def token_cap(schema: dict, defs: dict | None = None) -> int:
+    """Roughly the most tokens a valid reply to ``schema`` can take (about 3 characters a token)."""
+    defs = schema.get("$defs", {}) if defs is None else defs
+    if "$ref" in schema:
+        return token_cap(defs.get(schema["$ref"].rsplit("/", 1)[-1], {}), defs)
+    kind = schema.get("type")
+    if kind == "string":
+        return schema.get("maxLength", 600) // 3 + 4
+    if kind == "array":
+        return schema.get("maxItems", 12) * token_cap(schema.get("items", {}), defs) + 4
+    if kind == "object":
+        return sum(token_cap(v, defs) + 6 for v in schema.get("properties", {}).values()) + 4
+    if "anyOf" in schema:
+        return max(token_cap(v, defs) for v in schema["anyOf"])
+    return 12
 
 
 def _compile(schema_text: str) -> tuple[object, bool]:
