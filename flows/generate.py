@@ -75,7 +75,8 @@ def generate_benchmark(spec: RunSpec) -> str:
         reporter.stage("filler pool, assembly, validation, publish")
     filler, filler_usage = filler_future.result()
     items = {p.item for r in results for p in r.text.timeline.preferences}
-    filler, filler_dropped, top_up_usage = filler_top_up_task(spec, filler, items)
+    own = [sum(s.session.n_tokens for s in r.text.sessions) for r in results]
+    filler, filler_dropped, top_up_usage = filler_top_up_task(spec, filler, items, own)
     usage = UsageSummary()
     for job in [*done.values()]:
         usage.merge(job.usage)

@@ -94,13 +94,21 @@ def filler_job(spec: RunSpec) -> tuple[list[SessionWithTurns], UsageSummary]:
 FILLER_BATCH = 16
 
 
-def complete_filler(spec: RunSpec, pool: list[SessionWithTurns], items: set[str]) -> tuple[list[SessionWithTurns], int, UsageSummary]:
+def filler_need(config: RunConfig, own_tokens: list[int]) -> int:
+    """Filler tokens the largest context needs: its budget minus the smallest persona's own share of it."""
+    budget = max(config.assembly.budgets)
+    own = min(own_tokens, default=0)
+    return budget - min(own, int(budget * config.assembly.max_persona_fraction)) + 1000
+
+
+def complete_filler(spec: RunSpec, pool: list[SessionWithTurns], items: set[str],
+                    own_tokens: list[int]) -> tuple[list[SessionWithTurns], int, UsageSummary]:
     """Drop filler that names any dataset item, then add sessions until the pool can fill the largest budget.
 
     Filler session i is the same whatever the pool size, so a grown pool is as reproducible as the first one.
     """
     llm = LLM(spec.llm)
-    need = max(spec.config.assembly.budgets)
+    need = filler_need(spec.config, own_tokens)
     kept, dropped = filter_filler(pool, items)
     start = max([spec.config.text.filler_pool_size] + [int(s.session.provenance["index"]) + 1 for s in pool])
     while sum(s.session.n_tokens for s in kept) < need:

@@ -120,7 +120,7 @@ def _small_talk(persona, plan: SessionPlan, items: list[str], *, llm, config, st
     """Ordinary exchanges that voice no preference item; offenders are dropped, never repaired."""
     n = plan.small_talk
     if n == 0:
-        return []
+        return [] if plan.beats else [_plain_small_talk(plan.topic)]
     catalog = load_catalog()
     context = SmallTalkContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
                                topic_description=catalog.topics[plan.topic].description if plan.topic in catalog.topics else plan.topic,
@@ -133,11 +133,14 @@ def _small_talk(persona, plan: SessionPlan, items: list[str], *, llm, config, st
         else:
             kept.append((_clean(ex.user), _clean(ex.assistant)))
     stats.small_talk_kept += len(kept)
-    if not kept and not plan.beats:
-        label = topic_label(plan.topic)
-        kept = [(f"Could you give me a few general pointers on {label}?",
-                 f"Of course. With {label}, it helps to start from what you need right now and go step by step.")]
-    return kept
+    return kept or ([] if plan.beats else [_plain_small_talk(plan.topic)])
+
+
+def _plain_small_talk(topic: str) -> tuple[str, str]:
+    """A code-written ordinary exchange, so that a session without beats is never empty."""
+    label = topic_label(topic)
+    return (f"Could you give me a few general pointers on {label}?",
+            f"Of course. With {label}, it helps to start from what you need right now and go step by step.")
 
 
 def _too_long(ex: ExchangeDraft, config: RunConfig) -> bool:

@@ -189,8 +189,8 @@ class BeatContext(BaseModel):
 class ExchangeDraft(BaseModel):
     """One user message and the assistant's reply."""
 
-    user: str = Field(min_length=15, max_length=800, description="What the user says, in their own style.")
-    assistant: str = Field(min_length=15, max_length=800,
+    user: str = Field(min_length=15, max_length=500, description="What the user says, in their own style.")
+    assistant: str = Field(min_length=15, max_length=500,
                            description="The assistant's helpful reply; it only repeats what the user said.")
 
     @classmethod

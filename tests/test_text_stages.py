@@ -149,14 +149,25 @@ def test_apply_narrations_changes_text_not_facts(tmp_path):
 
 @pytest.mark.model
 def test_embedded_model_runs_the_text_stages_end_to_end(tmp_path):
-    """The real local path: grammars for every output model used by the text stages."""
-    config = load_config("smoke", n_personas=1, seed=7)
-    config = config.model_copy(update={"text": config.text.model_copy(update={
-        "inventory_size": 4, "small_talk_exchanges": 1, "filler_pool_size": 1, "attempts": 1})})
-    llm = LLM(LLMSettings(llm="local", cache_path=tmp_path / "cache.sqlite", max_tokens=200))
-    (seed,) = sample_personas(1, run_seed=7, settings=config.personas)
-    result = build_persona_text(seed, config=config, llm=llm)
-    check_persona(result, config)
+    """The real local path, 2 personas x 3 topics: grammars for every output model of the text stages."""
+    config = load_config("smoke", n_personas=2, seed=7)
+    config = config.model_copy(update={
+        "timeline": config.timeline.model_copy(update={
+            "initial_prefs_min": 1, "initial_prefs_max": 1, "topic_update_probability": 0.5,
+            "routine_per_period": 0.0, "background_events": 0}),
+        "text": config.text.model_copy(update={
+            "inventory_size": 3, "small_talk_exchanges": 0, "filler_pool_size": 1, "filler_exchanges": 1,
+            "attempts": 1}),
+    })
+    llm = LLM(LLMSettings(llm="local", cache_path=tmp_path / "cache.sqlite", max_tokens=150, reask=0))
+    beats = fallbacks = 0
+    for seed in sample_personas(2, run_seed=7, settings=config.personas):
+        result = build_persona_text(seed, config=config, llm=llm)
+        check_persona(result, config)
+        beats += result.stats.beats
+        fallbacks += result.stats.fallback_beats
     assert write_filler_pool(llm=llm, config=config) is not None
-    usage = llm.usage_summary()
-    assert usage.total.backend_calls > 0
+    usage = llm.usage_summary().by_stage
+    assert {"expand_persona", "narrate_events", "write_sessions", "filler"} <= set(usage)
+    assert all(count.backend_calls > 0 for count in usage.values())
+    print(f"embedded model: {beats} beats, {fallbacks} code-written ({fallbacks / max(1, beats):.0%})")
