@@ -9,6 +9,7 @@ from pipeline.llm import LLM
 from pipeline.plan import build_plan
 from pipeline.specs import PING
 from schemas.config import RunConfig
+from schemas.query import QUERY_TYPES
 
 # Typical generated tokens per call of each kind (measured on the fake and embedded backends).
 OUTPUT_TOKENS = {"profile": 150, "inventory": 110, "narration": 120, "beat": 110, "small_talk": 75, "query": 160}
@@ -34,7 +35,7 @@ def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
                 for s in plan_sessions(p, t, config=config))
     life = sum(e.kind == "life_event" for t in plan.timelines for e in t.events)
     sessions = len(config.topics) * len(config.periods) * config.text.sessions_per_period
-    queries = getattr(getattr(config, "queries", None), "per_persona", 7 * 2)
+    queries = sum(config.queries.quota(t) for t in QUERY_TYPES)
     return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": beats / n,
             "small_talk": sessions if config.text.small_talk_exchanges else 0, "query": queries, "sessions": sessions}
 
