@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
@@ -67,12 +68,24 @@ def filler_session(index: int, subject: str, draft: BaseModel, *, config: RunCon
 
 
 def filter_filler(pool: list[SessionWithTurns], items: set[str]) -> tuple[list[SessionWithTurns], int]:
-    """Drop filler sessions that mention any of the dataset's preference items; returns (kept, dropped)."""
-    words = [(i.casefold(), content_words(i)) for i in items]
-    kept = []
-    for swt in pool:
-        text = " ".join(t.content for t in swt.turns)
-        folded, text_words = text.casefold(), content_words(text)
-        if not any(mentioned(folded, text_words, item, w) for item, w in words):
-            kept.append(swt)
+    """Drop filler sessions that mention any of the dataset's preference items; returns (kept, dropped).
+
+    "Mention" is :func:`pipeline.beats.mentioned` over the whole session (a substring inside a longer
+    word does not count for items with content words). An inverted index from words to
+    sessions keeps this fast when thousands of items meet hundreds of sessions.
+    """
+    texts = [" ".join(t.content for t in swt.turns) for swt in pool]
+    folded = [t.casefold() for t in texts]
+    words = [content_words(t) for t in texts]
+    postings: dict[str, set[int]] = defaultdict(set)
+    for i, ws in enumerate(words):
+        for w in ws:
+            postings[w].add(i)
+    offending: set[int] = set()
+    for item in items:
+        item_words, item_folded = content_words(item), item.casefold()
+        candidates = set().union(*(postings.get(w, set()) for w in item_words)) if item_words else range(len(pool))
+        offending.update(i for i in candidates
+                         if i not in offending and mentioned(folded[i], words[i], item_folded, item_words))
+    kept = [swt for i, swt in enumerate(pool) if i not in offending]
     return kept, len(pool) - len(kept)

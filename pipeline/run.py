@@ -5,6 +5,7 @@ flows/ wraps these functions in Prefect tasks; everything here is plain, testabl
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -54,8 +55,16 @@ def model_name(settings: LLMSettings) -> str:
 
 
 def template_fingerprints() -> dict[str, str]:
+    """Fingerprint of every registered template; recomputed only when a file under prompts/ changed."""
     env = PromptEnv()
-    return {spec.template: env.fingerprint(spec.template) for spec in ALL_SPECS.values()}
+    stamp = tuple(sorted((str(p), p.stat().st_mtime_ns, p.stat().st_size) for p in env.root.rglob("*.jinja")))
+    return dict(_fingerprints(str(env.root), stamp))
+
+
+@lru_cache(maxsize=8)
+def _fingerprints(root: str, stamp: tuple) -> tuple[tuple[str, str], ...]:
+    env = PromptEnv(Path(root))
+    return tuple((spec.template, env.fingerprint(spec.template)) for spec in ALL_SPECS.values())
 
 
 def fingerprint(spec: RunSpec, llm_name: str) -> str:
