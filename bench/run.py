@@ -9,7 +9,7 @@ import importlib
 import platform
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -39,7 +39,7 @@ def main(names: list[str]) -> int:
     lines = [
         "# Benchmarks",
         "",
-        f"Run {datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC on {platform.machine()}, "
         f"Python {platform.python_version()}; ratios are measured in this one run.",
         "",
         "| bench | figure | value | unit | target | ratio |",
