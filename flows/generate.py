@@ -1,6 +1,5 @@
 """The main job: `generate-benchmark`, one Prefect task per persona, then assembly and publishing."""
 
-from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
