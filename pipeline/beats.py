@@ -8,9 +8,9 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
+from pipeline.catalog import load_taxonomy
 from pipeline.periods import PeriodWindow, period_windows
 from pipeline.rng import derive_rng
-from pipeline.catalog import load_taxonomy
 from schemas.config import RunConfig
 from schemas.drafts import BeatKind
 from schemas.ids import stable_id

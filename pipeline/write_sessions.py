@@ -6,7 +6,15 @@ from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
-from pipeline.beats import Beat, SessionPlan, beat_problem, fallback_exchange, mentions, plan_sessions, topic_label
+from pipeline.beats import (
+    Beat,
+    SessionPlan,
+    beat_problem,
+    fallback_exchange,
+    mentions,
+    plan_sessions,
+    topic_label,
+)
 from pipeline.budget import with_token_counts
 from pipeline.catalog import load_catalog
 from pipeline.llm import LLM, LLMError
