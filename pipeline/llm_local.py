@@ -14,6 +14,7 @@ import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
@@ -58,7 +59,11 @@ class LoadedModel:
 
                 llama = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
                               n_threads_batch=n_threads, verbose=False)
-                cls._loaded[key] = cls(llama=llama)
+                loaded = cls(llama=llama)
+                # On exit (Ctrl-C, SIGTERM) drop queued calls instead of running them all first: the
+                # executor's own exit hook would otherwise finish every queued generation.
+                threading._register_atexit(partial(loaded.executor.shutdown, wait=False, cancel_futures=True))
+                cls._loaded[key] = loaded
             return cls._loaded[key]
 
 
