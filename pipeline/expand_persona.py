@@ -91,22 +91,8 @@ def _inventory(persona: Persona, *, config: RunConfig, llm: LLM) -> Inventory:
                          n_items=n, examples=[i.name for i in catalog.topics[t].items[:2]] if t in catalog.topics else [])
         for t in config.topics
     ]
-    drafts = _generate_all(llm, spec, contexts)
+    drafts = llm.generate_each(spec, contexts)
     return merge_inventory(persona, drafts, config=config)
-
-
-def _generate_all(llm: LLM, spec, contexts: list[BaseModel]) -> list[BaseModel | None]:
-    """One draft per context; a context whose call fails gets None (code fills in from the catalog)."""
-    try:
-        return list(llm.generate_many(spec, contexts))
-    except LLMError:
-        out = []
-        for context in contexts:
-            try:
-                out.append(llm.generate(spec, context))
-            except LLMError:
-                out.append(None)
-        return out
 
 
 def merge_inventory(persona: Persona, drafts: list[BaseModel | None], *, config: RunConfig) -> Inventory:

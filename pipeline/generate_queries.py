@@ -11,7 +11,7 @@ from dataclasses import replace
 from pydantic import BaseModel, Field
 
 from pipeline.beats import topic_label
-from pipeline.llm import LLM, LLMError
+from pipeline.llm import LLM
 from pipeline.query_facts import Facts
 from pipeline.query_gates import GATES, code_wording, judge_hits, structural_problems, wording_problem
 from pipeline.query_plan import QueryPlan, persona_facts, plan_queries
@@ -133,7 +133,7 @@ def _model_wordings(persona: Persona, plans: list[QueryPlan], *, llm: LLM, judge
             break
         stats.regenerated += len(pending) if attempt else 0
         stats.llm_calls += len(pending)
-        drafts = _generate(llm, spec, [query_context(persona, p) for p in pending], attempt)
+        drafts = llm.generate_each(spec, [query_context(persona, p) for p in pending], sample_index=attempt)
         for plan, draft in zip(pending, drafts, strict=True):
             if draft is None:
                 out[plan.query_id] = Problem(gate="model_call", detail="the model call failed")
@@ -179,20 +179,6 @@ def _code_wording(plan: QueryPlan, last: Problem | None, judge: LLM | None, sett
         return None
     stats.wording_fallbacks += 1
     return Wording(question=wording[0], texts=wording[1], provenance=provenance)
-
-
-def _generate(llm: LLM, spec, contexts: list[BaseModel], sample: int) -> list[BaseModel | None]:
-    """Drafts for all contexts (concurrently); a context whose call fails gets None."""
-    try:
-        return list(llm.generate_many(spec, contexts, sample_index=sample))
-    except LLMError:
-        out: list[BaseModel | None] = []
-        for context in contexts:
-            try:
-                out.append(llm.generate(spec, context, sample_index=sample))
-            except LLMError:
-                out.append(None)
-        return out
 
 
 def _clean(text: str) -> str:

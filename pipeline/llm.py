@@ -129,13 +129,25 @@ class LLM:
         """The cache key digest a call would use."""
         return self._key(spec, self._messages(spec, context), sample_index).digest()
 
+    def generate_each(self, spec: PromptSpec, contexts: Sequence[BaseModel], *, sample_index: int = 0,
+                      stage: str | None = None) -> list[BaseModel | None]:
+        """Like `generate_many`, but a context whose call fails gets None (callers fall back to code)."""
+        results = self.runtime.run(self._gather(spec, contexts, sample_index, stage))
+        for r in results:
+            if isinstance(r, BaseException) and not isinstance(r, LLMError):
+                raise r
+        return [None if isinstance(r, LLMError) else r for r in results]
+
     def close(self) -> None:
         """Close the cache connection."""
         self.cache.close()
 
-    async def _generate_many(self, spec, contexts, sample_index, stage) -> list[BaseModel]:
+    async def _gather(self, spec, contexts, sample_index, stage) -> list[BaseModel | BaseException]:
         calls = [self._generate(spec, c, sample_index, stage) for c in contexts]
-        results = await asyncio.gather(*calls, return_exceptions=True)
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    async def _generate_many(self, spec, contexts, sample_index, stage) -> list[BaseModel]:
+        results = await self._gather(spec, contexts, sample_index, stage)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
-from pipeline.llm import LLM, LLMError
+from pipeline.llm import LLM
 from pipeline.specs import NARRATION
 from schemas.config import RunConfig
 from schemas.drafts import EffectView, NarrationContext, narration_draft
@@ -60,20 +60,14 @@ def narrate_events(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
 
 def _drafts(llm: LLM, spec, contexts: list[BaseModel], attempts: int) -> list[BaseModel | None]:
     """Drafts for every context; a failed call is retried with the next sample index, then gives None."""
-    try:
-        return list(llm.generate_many(spec, contexts))
-    except LLMError:
-        pass
-    out: list[BaseModel | None] = []
-    for context in contexts:
-        draft = None
-        for sample in range(attempts):
-            try:
-                draft = llm.generate(spec, context, sample_index=sample)
-                break
-            except LLMError:
-                continue
-        out.append(draft)
+    out: list[BaseModel | None] = [None] * len(contexts)
+    for sample in range(attempts):
+        pending = [i for i, draft in enumerate(out) if draft is None]
+        if not pending:
+            break
+        for i, draft in zip(pending, llm.generate_each(spec, [contexts[i] for i in pending], sample_index=sample),
+                            strict=True):
+            out[i] = draft
     return out
 
 

@@ -17,7 +17,7 @@ from pipeline.beats import (
 )
 from pipeline.budget import with_token_counts
 from pipeline.catalog import load_catalog
-from pipeline.llm import LLM, LLMError
+from pipeline.llm import LLM
 from pipeline.specs import BEAT, SMALL_TALK
 from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
@@ -85,7 +85,7 @@ def _beat_exchanges(persona, plans, items, *, llm, config, stats) -> dict[str, l
         if not pending:
             break
         stats.regenerated += len(pending) if sample else 0
-        drafts = _generate(llm, BEAT, [_beat_context(persona, p, b) for p, _, b in pending], sample)
+        drafts = llm.generate_each(BEAT, [_beat_context(persona, p, b) for p, _, b in pending], sample_index=sample)
         for (plan, i, beat), draft in zip(pending, drafts, strict=True):
             problem = "model call failed" if draft is None else beat_problem(
                 beat, draft.user, draft.assistant, unvoiced=unvoiced[plan.session_id],
@@ -106,20 +106,6 @@ def _beat_exchanges(persona, plans, items, *, llm, config, stats) -> dict[str, l
     return out
 
 
-def _generate(llm: LLM, spec, contexts: list[BaseModel], sample: int) -> list[BaseModel | None]:
-    """Drafts for all contexts (concurrently); a context whose call fails gets None."""
-    try:
-        return list(llm.generate_many(spec, contexts, sample_index=sample))
-    except LLMError:
-        out = []
-        for context in contexts:
-            try:
-                out.append(llm.generate(spec, context, sample_index=sample))
-            except LLMError:
-                out.append(None)
-        return out
-
-
 def _clean(text: str) -> str:
     return " ".join(text.split())
 
@@ -133,7 +119,7 @@ def _small_talk(persona, plan: SessionPlan, items: list[str], *, llm, config, st
     context = SmallTalkContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
                                topic_description=catalog.topics[plan.topic].description if plan.topic in catalog.topics else plan.topic,
                                date=f"{plan.time:%Y-%m-%d}", n_exchanges=n)
-    (draft,) = _generate(llm, replace(SMALL_TALK, output=small_talk_draft(n)), [context], 0)
+    (draft,) = llm.generate_each(replace(SMALL_TALK, output=small_talk_draft(n)), [context])
     kept = []
     for ex in (draft.exchanges if draft else []):
         if any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config):
