@@ -77,7 +77,7 @@ def generate_benchmark(spec: RunSpec) -> str:
     own = [sum(s.session.n_tokens for s in r.text.sessions) for r in results]
     filler, filler_dropped, top_up_usage = filler_top_up_task(spec, filler, items, own)
     usage = UsageSummary()
-    for job in [*done.values()]:
+    for job in done.values():
         usage.merge(job.usage)
     usage.merge(filler_usage)
     usage.merge(top_up_usage)
