@@ -143,8 +143,15 @@ class LLM:
         self.cache.close()
 
     async def _gather(self, spec, contexts, sample_index, stage) -> list[BaseModel | BaseException]:
-        calls = [self._generate(spec, c, sample_index, stage) for c in contexts]
-        return await asyncio.gather(*calls, return_exceptions=True)
+        # A window of twice the concurrency: each call renders, hashes and looks up its key just before it
+        # needs a slot, instead of every call doing so up front while the first responses wait on the loop.
+        window = asyncio.Semaphore(2 * self.settings.max_concurrency)
+
+        async def admitted(context: BaseModel) -> BaseModel:
+            async with window:
+                return await self._generate(spec, context, sample_index, stage)
+
+        return await asyncio.gather(*(admitted(c) for c in contexts), return_exceptions=True)
 
     async def _generate_many(self, spec, contexts, sample_index, stage) -> list[BaseModel]:
         results = await self._gather(spec, contexts, sample_index, stage)
@@ -255,7 +262,8 @@ class LLM:
     async def _send(self, request: BackendRequest, count: TokenCount) -> BackendReply:
         """One answer from the backend, retrying transport failures with backoff and jitter."""
         throttle = self._throttle()
-        estimate = count_tokens("\n".join(m["content"] for m in request.messages))
+        # The estimate only feeds a tokens-per-minute budget; without one, skip the tokenizer pass.
+        estimate = count_tokens("\n".join(m["content"] for m in request.messages)) if throttle.tokens else 0
         error: Exception | None = None
         for retry in range(self.settings.max_retries + 1):
             if retry:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
 
@@ -10,7 +11,7 @@ import pytest
 
 from pipeline.llm import LLM, CacheMiss, CallFailed, ConfigError
 from pipeline.llm_backends import make_backend, resolve_backend_string
-from pipeline.llm_limits import Bucket
+from pipeline.llm_limits import Bucket, Runtime
 from schemas.llm import LLMSettings, Price
 from tests.support.llm_helpers import SPEC, TopicContext, TopicNote, fake_llm, settings
 
@@ -180,3 +181,38 @@ def test_unknown_backend_is_one_line_config_error(spec, tmp_path):
 def test_fake_string_builds_a_fault_plan():
     backend = make_backend("fake?rate_limit=@1", LLMSettings())
     assert backend.plan.faults[0].calls == [1]
+
+
+def test_gateway_loop_runs_default_executor_work_inline_but_resolves_names_on_threads():
+    runtime = Runtime.get()
+
+    async def where() -> tuple[str, str, str]:
+        loop = asyncio.get_running_loop()
+        inline = await loop.run_in_executor(None, lambda: threading.current_thread().name)
+        with pytest.raises(ZeroDivisionError):
+            await loop.run_in_executor(None, lambda: 1 / 0)
+        resolved = await loop.getaddrinfo("127.0.0.1", 80, type=socket.SOCK_STREAM)
+        return inline, threading.current_thread().name, resolved[0][4][0]
+
+    inline, loop_thread, address = runtime.run(where())
+    assert inline == loop_thread == "llm-gateway" and address == "127.0.0.1"
+
+
+def test_many_calls_prepare_within_a_window(tmp_path):
+    """generate_many starts each call just before it can use a slot (window = 2 x concurrency), not all up front."""
+    llm, backend = fake_llm(tmp_path, "latency_s=0.01", max_concurrency=2)
+    active = {"now": 0, "peak": 0}
+    original = llm._generate
+
+    async def counted(*args):
+        active["now"] += 1
+        active["peak"] = max(active["peak"], active["now"])
+        try:
+            return await original(*args)
+        finally:
+            active["now"] -= 1
+
+    llm._generate = counted
+    contexts = [TopicContext(name=f"p{i}", topic="tea") for i in range(12)]
+    assert len(llm.generate_many(SPEC, contexts)) == 12
+    assert active["peak"] == 4 and backend.calls == 12
