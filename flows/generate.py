@@ -9,6 +9,7 @@ from prefect.artifacts import create_markdown_artifact, create_progress_artifact
 from prefect.cache_policies import NO_CACHE
 from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
+from prefect.utilities.annotations import quote
 
 from flows.progress import current_reporter
 from pipeline.errors import UserError
@@ -53,8 +54,10 @@ def generate_benchmark(spec: RunSpec) -> str:
     """Seed personas, run each persona's stages concurrently, then assemble and publish one version."""
     reporter = current_reporter()
     seeds = sample_personas(spec.config.n_personas, run_seed=spec.config.seed, settings=spec.config.personas)
-    filler_future = filler_task.submit(spec)
-    futures = {persona_task.submit(seed, spec): seed for seed in seeds}
+    # Arguments are quote()d: they hold no futures, and Prefect would otherwise walk every nested model
+    # of them (twice per task), which cost more than the whole rerun of a finished dataset.
+    filler_future = filler_task.submit(quote(spec))
+    futures = {persona_task.submit(quote(seed), quote(spec)): seed for seed in seeds}
     progress = create_progress_artifact(progress=0.0, key="generate-progress", description="personas done")
     done: dict[int, JobResult] = {}
     failures: list[Failure] = []
@@ -75,7 +78,7 @@ def generate_benchmark(spec: RunSpec) -> str:
     filler, filler_usage = filler_future.result()
     items = {p.item for r in results for p in r.text.timeline.preferences}
     own = [sum(s.session.n_tokens for s in r.text.sessions) for r in results]
-    filler, filler_dropped, top_up_usage = filler_top_up_task(spec, filler, items, own)
+    filler, filler_dropped, top_up_usage = filler_top_up_task(quote(spec), quote(filler), quote(items), quote(own))
     usage = UsageSummary()
     for job in done.values():
         usage.merge(job.usage)
@@ -84,8 +87,9 @@ def generate_benchmark(spec: RunSpec) -> str:
     stats = {"personas_from_checkpoint": sum(j.from_checkpoint for j in done.values()),
              "filler_sessions": len(filler), "filler_dropped": filler_dropped,
              "query_stats": [r.query_stats for r in results]}
-    path = str(publish_task(spec, results, filler, usage=usage, models=[model_name(spec.llm)], extra_stats=stats,
-                            failures=sorted(failures, key=lambda f: f.persona_index or 0)))
+    path = str(publish_task(quote(spec), quote(results), quote(filler), usage=quote(usage),
+                                models=[model_name(spec.llm)], extra_stats=quote(stats),
+                                failures=quote(sorted(failures, key=lambda f: f.persona_index or 0))))
     create_markdown_artifact(markdown=Path(path, "README.md").read_text(encoding="utf-8"), key="dataset-card",
                              description=f"published {path}")
     get_run_logger().info("published %s", path)
