@@ -36,6 +36,7 @@ def run() -> list[dict]:
     from schemas.llm import LLMSettings
 
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")  # no telemetry from the test server
     with tempfile.TemporaryDirectory() as tmp, prefect_test_harness(server_startup_timeout=180):
         config = load_config("default", n_personas=N)
         spec = RunSpec(config=config, llm=LLMSettings(llm="fake", cache_path=Path(tmp) / "cache" / "llm.sqlite"),

@@ -23,6 +23,7 @@ from pipeline.run import (
     model_name,
     persona_job,
     publish_run,
+    reuse_checkpoints,
 )
 from pipeline.sample_personas import sample_personas
 from schemas.llm import UsageSummary
@@ -43,6 +44,7 @@ def _transient(task, task_run, state) -> bool:
 # Tasks wrap the stage functions themselves, so Dask workers unpickle them by reference.
 _RETRY = {"retries": 2, "retry_delay_seconds": [1, 5], "retry_condition_fn": _transient,
           "cache_policy": NO_CACHE, "persist_result": False}
+reuse_task = task(reuse_checkpoints, name="reuse-checkpoints", cache_policy=NO_CACHE, persist_result=False)
 persona_task = task(persona_job, name="persona-pipeline", task_run_name="persona-{seed.index}", **_RETRY)
 filler_task = task(filler_job, name="filler-pool", **_RETRY)
 filler_top_up_task = task(complete_filler, name="filler-top-up", **_RETRY)
@@ -54,14 +56,21 @@ def generate_benchmark(spec: RunSpec) -> str:
     """Seed personas, run each persona's stages concurrently, then assemble and publish one version."""
     reporter = current_reporter()
     seeds = sample_personas(spec.config.n_personas, run_seed=spec.config.seed, settings=spec.config.personas)
-    # Arguments are quote()d: they hold no futures, and Prefect would otherwise walk every nested model
-    # of them (twice per task), which cost more than the whole rerun of a finished dataset.
-    filler_future = filler_task.submit(quote(spec))
-    futures = {persona_task.submit(quote(seed), quote(spec)): seed for seed in seeds}
-    progress = create_progress_artifact(progress=0.0, key="generate-progress", description="personas done")
-    done: dict[int, JobResult] = {}
+    # Tasks called in the flow get their big arguments quote()d: those hold no futures, and Prefect would
+    # otherwise walk every nested model of them (twice per task), which cost more than the whole rerun of
+    # a finished dataset. Submitted tasks get theirs plain: they are small, and Dask would turn a quote
+    # into a bare tuple on its way to a worker.
+    filler_future = filler_task.submit(spec)
+    done: dict[int, JobResult] = reuse_task(quote(seeds), quote(spec))
+    futures = {persona_task.submit(seed, spec): seed for seed in seeds if seed.index not in done}
+    progress = create_progress_artifact(progress=100.0 * len(done) / max(1, len(seeds)), key="generate-progress",
+                                        description="personas done")
+    if reporter:
+        for index in sorted(done):
+            reporter.persona_done(index, True, False)
     failures: list[Failure] = []
-    for i, future in enumerate(as_completed(list(futures)), start=1):
+    shown = 0
+    for i, future in enumerate(as_completed(list(futures)), start=len(done) + 1):
         seed = futures[future]
         try:
             done[seed.index] = future.result()
@@ -70,7 +79,10 @@ def generate_benchmark(spec: RunSpec) -> str:
         if reporter:
             job = done.get(seed.index)
             reporter.persona_done(seed.index, bool(job and job.from_checkpoint), job is None)
-        update_progress_artifact(progress, progress=100.0 * i / len(seeds))
+        percent = int(100 * i / len(seeds))
+        if percent > shown:  # one API call per percent, not per persona
+            shown = percent
+            update_progress_artifact(progress, progress=float(percent))
     check_failures(spec, len(seeds), failures)
     results = [done[i].result for i in sorted(done)]
     if reporter:

@@ -100,33 +100,46 @@ class DatasetNotFound(UserError):
 
 def stage_tables(root: Path, dataset: str, tables: dict[str, list[BaseModel]]) -> Path:
     """Write every table into a fresh staging folder under ``root/dataset`` and return it."""
+    return _stage(root, dataset, tables)[0]
+
+
+def _stage(root: Path, dataset: str, tables: dict[str, list[BaseModel]]) -> tuple[Path, dict[str, pa.Table]]:
     missing = sorted(set(TABLES) - set(tables))
     if missing:
         raise PublishError(f"{root / dataset}: tables missing from the publish: {', '.join(missing)}")
     staging = make_staging(root / dataset, "publish")
     try:
-        for name in TABLES:
-            write_table(staging, name, tables[name])
+        written = {name: write_table(staging, name, tables[name]) for name in TABLES}
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return staging
+    return staging, written
+
+
+def _read_checked(directory: Path, name: str) -> tuple[pa.Table | None, str | None]:
+    """One staged table read back with its file schema checked: (table, None) or (None, error)."""
+    schema, _ = TABLES[name]
+    path = directory / f"{name}.parquet"
+    try:
+        found = pq.read_schema(path)
+        if not found.equals(schema, check_metadata=False):
+            return None, f"{name}.parquet: schema differs from schemas/tables.py ({_schema_diff(found, schema)})"
+        return pq.read_table(path, schema=schema), None
+    except (OSError, pa.ArrowException) as exc:
+        return None, f"{name}.parquet: unreadable ({str(exc).splitlines()[0]})"
 
 
 def read_staged(directory: Path) -> tuple[dict[str, list[BaseModel]], list[str]]:
     """Read every table back, checking each file's schema; returns (tables, errors)."""
     tables: dict[str, list[BaseModel]] = {}
     errors: list[str] = []
-    for name, (schema, _) in TABLES.items():
-        path = directory / f"{name}.parquet"
+    for name in TABLES:
+        table, error = _read_checked(directory, name)
+        if error:
+            errors.append(error)
+            continue
         try:
-            found = pq.read_schema(path)
-            if not found.equals(schema, check_metadata=False):
-                errors.append(f"{name}.parquet: schema differs from schemas/tables.py ({_schema_diff(found, schema)})")
-                continue
-            tables[name] = from_table(name, pq.read_table(path, schema=schema))
-        except (OSError, pa.ArrowException) as exc:
-            errors.append(f"{name}.parquet: unreadable ({str(exc).splitlines()[0]})")
+            tables[name] = from_table(name, table)
         except ValidationError as exc:
             errors.append(first_validation_error(exc, f"{name}.parquet"))
     return tables, errors
@@ -143,10 +156,32 @@ def _schema_diff(found: pa.Schema, expected: pa.Schema) -> str:
 def validate_staged(directory: Path, config: RunConfig) -> tuple[dict[str, list[BaseModel]], ValidationReport]:
     """Schemas, row models and every cross-table check of a staged folder."""
     tables, errors = read_staged(directory)
+    return tables, _validated(tables, errors, config)
+
+
+def validate_written(directory: Path, config: RunConfig, tables: dict[str, list[BaseModel]],
+                     written: dict[str, pa.Table]) -> ValidationReport:
+    """The checks of :func:`validate_staged` for tables this process just wrote from ``tables``.
+
+    Each file must read back, with its schema, equal to the Arrow table written from the rows; the
+    cross-table checks then run on the rows in memory instead of models rebuilt from the files
+    (the same data, proven by the equality, without a second pydantic pass over every row).
+    """
+    errors = []
+    for name in TABLES:
+        table, error = _read_checked(directory, name)
+        if error is None and not table.equals(written[name]):
+            error = f"{name}.parquet: does not read back as written"
+        if error:
+            errors.append(error)
+    return _validated(tables, errors, config)
+
+
+def _validated(tables: dict[str, list[BaseModel]], errors: list[str], config: RunConfig) -> ValidationReport:
     if errors:
-        return tables, ValidationReport(ok=False, n_errors=len(errors), errors=errors, checks=["table schemas"])
+        return ValidationReport(ok=False, n_errors=len(errors), errors=errors, checks=["table schemas"])
     period_order = [p.name for p in config.periods]
-    return tables, validate_tables(tables, period_order=period_order, tolerance=config.assembly.tolerance)
+    return validate_tables(tables, period_order=period_order, tolerance=config.assembly.tolerance)
 
 
 def publish(
@@ -157,9 +192,10 @@ def publish(
     A failed validation publishes nothing and raises :class:`PublishError` saying why.
     """
     try:
-        staging = stage_tables(root, info.config.dataset, tables)
+        staging, written = _stage(root, info.config.dataset, tables)
         try:
-            return publish_staged(staging, info, keep=keep)
+            report = validate_written(staging, info.config, tables, written)
+            return publish_staged(staging, info, keep=keep, validated=(tables, report))
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     except OSError as exc:  # a full disk or a read-only folder: one line, and the staging folder is gone
@@ -185,10 +221,12 @@ def _os_reason(exc: OSError) -> str:
     return f"{exc.strerror or str(exc).splitlines()[0]}{where}"
 
 
-def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None) -> Path:
-    """Validate a staged folder, then (under the dataset's lock) number it, write its manifest and
-    card, rename it into place, move ``latest`` and apply retention."""
-    tables, report = validate_staged(staging, info.config)
+def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None,
+                   validated: tuple[dict[str, list[BaseModel]], ValidationReport] | None = None) -> Path:
+    """Validate a staged folder (unless ``validated`` gives its rows and report), then (under the
+    dataset's lock) number it, write its manifest and card, rename it into place, move ``latest``
+    and apply retention."""
+    tables, report = validated or validate_staged(staging, info.config)
     if not report.ok:
         raise PublishError(f"{staging.parent}: validation failed, nothing published: {report.n_errors} "
                            f"error(s), first: {report.errors[0]}")

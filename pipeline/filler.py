@@ -12,7 +12,7 @@ from pydantic import BaseModel
 
 from pipeline.beats import content_words, mentioned
 from pipeline.budget import with_token_counts
-from pipeline.llm import LLM, LLMError
+from pipeline.llm import LLM
 from pipeline.rng import derive_rng
 from pipeline.specs import FILLER
 from schemas.config import RunConfig
@@ -36,15 +36,12 @@ def write_filler_pool(*, llm: LLM, config: RunConfig, start: int = 0, count: int
     n = config.text.filler_exchanges
     count = config.text.filler_pool_size if count is None else count
     spec = replace(FILLER, output=small_talk_draft(n))
-    pool = []
-    for index in range(start, start + count):
-        subject = filler_subject(config.seed, index)
-        try:
-            draft = llm.generate(spec, FillerContext(subject=subject, n_exchanges=n), sample_index=index)
-        except LLMError:
-            continue
-        pool.append(filler_session(index, subject, draft, config=config, model=llm.name))
-    return pool
+    indices = range(start, start + count)
+    subjects = [filler_subject(config.seed, index) for index in indices]
+    drafts = llm.generate_each(spec, [FillerContext(subject=s, n_exchanges=n) for s in subjects],
+                               sample_index=list(indices))
+    return [filler_session(index, subject, draft, config=config, model=llm.name)
+            for index, subject, draft in zip(indices, subjects, drafts, strict=True) if draft is not None]
 
 
 def filler_subject(run_seed: int, index: int) -> str:

@@ -129,9 +129,12 @@ class LLM:
         """The cache key digest a call would use."""
         return self._key(spec, self._messages(spec, context), sample_index).digest()
 
-    def generate_each(self, spec: PromptSpec, contexts: Sequence[BaseModel], *, sample_index: int = 0,
-                      stage: str | None = None) -> list[BaseModel | None]:
-        """Like `generate_many`, but a context whose call fails gets None (callers fall back to code)."""
+    def generate_each(self, spec: PromptSpec, contexts: Sequence[BaseModel], *,
+                      sample_index: int | Sequence[int] = 0, stage: str | None = None) -> list[BaseModel | None]:
+        """Like `generate_many`, but a context whose call fails gets None (callers fall back to code).
+
+        `sample_index` may be one index for every call or one per context.
+        """
         results = self.runtime.run(self._gather(spec, contexts, sample_index, stage))
         for r in results:
             if isinstance(r, BaseException) and not isinstance(r, LLMError):
@@ -147,11 +150,15 @@ class LLM:
         # needs a slot, instead of every call doing so up front while the first responses wait on the loop.
         window = asyncio.Semaphore(2 * self.settings.max_concurrency)
 
-        async def admitted(context: BaseModel) -> BaseModel:
+        async def admitted(context: BaseModel, index: int) -> BaseModel:
             async with window:
-                return await self._generate(spec, context, sample_index, stage)
+                return await self._generate(spec, context, index, stage)
 
-        return await asyncio.gather(*(admitted(c) for c in contexts), return_exceptions=True)
+        indices = [sample_index] * len(contexts) if isinstance(sample_index, int) else list(sample_index)
+        if len(indices) != len(contexts):
+            raise ValueError(f"{len(indices)} sample indices for {len(contexts)} contexts")
+        return await asyncio.gather(*(admitted(c, i) for c, i in zip(contexts, indices, strict=True)),
+                                    return_exceptions=True)
 
     async def _generate_many(self, spec, contexts, sample_index, stage) -> list[BaseModel]:
         results = await self._gather(spec, contexts, sample_index, stage)

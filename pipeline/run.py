@@ -82,16 +82,31 @@ class JobResult(BaseModel):
 
 def persona_job(seed: PersonaSeed, spec: RunSpec) -> JobResult:
     """One persona end to end (text stages + queries), or its checkpoint when nothing changed."""
-    llm = LLM(spec.llm)
-    key = fingerprint(spec, llm.name)
+    key = fingerprint(spec, model_name(spec.llm))
     cached = spec.checkpoints.load(seed, key)
     if cached is not None:
         return JobResult(result=cached, usage=UsageSummary(), from_checkpoint=True)
+    llm = LLM(spec.llm)
     text = build_persona_text(seed, config=spec.config, llm=llm)
     queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=spec.config)
     result = PersonaResult(text=text, queries=queries, query_stats=stats.model_dump(mode="json"))
     spec.checkpoints.save(seed, key, result)
     return JobResult(result=result, usage=llm.usage_summary(), from_checkpoint=False)
+
+
+def reuse_checkpoints(seeds: list[PersonaSeed], spec: RunSpec) -> dict[int, JobResult]:
+    """Every persona whose checkpoint matches this run, loaded, by seed index.
+
+    One call for all of them: the flow runs it as a single task, so a rerun does not pay an
+    orchestrator task per finished persona (that cost more than loading the checkpoints).
+    """
+    key = fingerprint(spec, model_name(spec.llm))
+    found = {}
+    for seed in seeds:
+        result = spec.checkpoints.load(seed, key)
+        if result is not None:
+            found[seed.index] = JobResult(result=result, usage=UsageSummary(), from_checkpoint=True)
+    return found
 
 
 def filler_job(spec: RunSpec) -> tuple[list[SessionWithTurns], UsageSummary]:

@@ -182,8 +182,9 @@ def from_table(name: str, table: pa.Table) -> list[BaseModel]:
     """An Arrow table -> validated models (the inverse of :func:`to_table`)."""
     _, model = TABLES[name]
     rows = table.to_pylist()
+    maps = [f.name for f in table.schema if f.type == STR_MAP]
     for row in rows:
-        for key, value in row.items():
-            if table.schema.field(key).type == STR_MAP and isinstance(value, list):
-                row[key] = {kv["key"]: kv["value"] for kv in value}
+        for key in maps:
+            if isinstance(row[key], list):
+                row[key] = {kv["key"]: kv["value"] for kv in row[key]}
     return [model.model_validate(r) for r in rows]

@@ -99,6 +99,24 @@ def test_a_corrupted_staging_table_blocks_publication(tmp_path, tables, info):
     assert versions(tmp_path / "tiny") == [] and not (tmp_path / "tiny" / "latest").exists()
 
 
+def test_a_file_that_does_not_read_back_as_written_blocks_publication(tmp_path, tables, info, monkeypatch):
+    """publish() validates the rows in memory, so it proves each file holds exactly those rows."""
+    import pipeline.dataset as dataset
+
+    original = dataset.write_table
+
+    def lossy(directory, name, rows):
+        table = original(directory, name, rows)
+        if name == "turns":
+            pq.write_table(table.slice(1), directory / "turns.parquet", compression="zstd")
+        return table
+
+    monkeypatch.setattr(dataset, "write_table", lossy)
+    with pytest.raises(PublishError, match=r"turns\.parquet: does not read back as written"):
+        publish(tmp_path, tables, info)
+    assert versions(tmp_path / info.config.dataset) == []
+
+
 def test_a_table_with_the_wrong_schema_blocks_publication(tmp_path, tables, info):
     staging = stage_tables(tmp_path, "tiny", tables)
     table = pq.read_table(staging / "contexts.parquet")
