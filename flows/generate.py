@@ -14,6 +14,7 @@ from prefect.utilities.annotations import quote
 from flows.progress import current_reporter
 from pipeline.errors import UserError
 from pipeline.llm_errors import ConfigError
+from pipeline.llm_limits import Runtime
 from pipeline.run import (
     JobResult,
     RunSpec,
@@ -54,6 +55,16 @@ publish_task = task(publish_run, name="publish-dataset", cache_policy=NO_CACHE, 
 @flow(name="generate-benchmark", persist_result=False, log_prints=False)
 def generate_benchmark(spec: RunSpec) -> str:
     """Seed personas, run each persona's stages concurrently, then assemble and publish one version."""
+    Runtime.get().stopped = None  # a long-lived process (make serve) may have seen an earlier run interrupted
+    try:
+        return _generate_benchmark(spec)
+    except BaseException as exc:
+        if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM: stop model calls so the task threads end now
+            Runtime.get().stop(f"run interrupted ({type(exc).__name__})")
+        raise
+
+
+def _generate_benchmark(spec: RunSpec) -> str:
     reporter = current_reporter()
     seeds = sample_personas(spec.config.n_personas, run_seed=spec.config.seed, settings=spec.config.personas)
     # Tasks called in the flow get their big arguments quote()d: those hold no futures, and Prefect would

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Annotated
@@ -122,15 +123,29 @@ def _preflight(config, outputs: Path) -> None:
     check_writable(outputs, config.dataset)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated()
+
+
 def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: int) -> Path:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # before Prefect is imported: keep the display clean
     # The CLI reports a failure itself, in one `error:` line; Prefect's console tracebacks would bury it
     # (its logs still reach the Prefect API, and a real crash still prints Python's traceback).
     os.environ.setdefault("PREFECT_LOGGING_HANDLERS_CONSOLE_LEVEL", "CRITICAL")
+    from prefect.exceptions import TerminationSignal
+
     from flows.generate import run_generate
     from flows.progress import REPORTER
     from pipeline.cli import fail
+    from pipeline.llm_errors import Interrupted
 
+    # SIGTERM unwinds like Ctrl-C, so the run stops its model calls and cleans up (Prefect's temporary
+    # server included) instead of Python's default of dying on the spot.
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     started = time.perf_counter()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
@@ -145,6 +160,12 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: in
                 REPORTER.reset(token)
     except UserError as exc:
         raise fail(str(exc)) from None
+    except (KeyboardInterrupt, Interrupted, TerminationSignal) as exc:
+        code = 143 if isinstance(exc, _Terminated | TerminationSignal) else 130
+        raise fail("interrupted; every finished model call and persona is saved: rerun the same command to "
+                   "continue", code=code) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     console.print(f"finished in {time.perf_counter() - started:.1f} s")
     return path
 

@@ -40,8 +40,27 @@ def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
             "small_talk": sessions if config.text.small_talk_exchanges else 0, "query": queries, "sessions": sessions}
 
 
-def measured_speed(llm: LLM) -> float | None:
-    """Generated tokens per second of the backend, from one probe call (cached, so measured once)."""
+def recent_throughput(llm: LLM, *, gap_s: float = 120.0, min_calls: int = 8, min_span_s: float = 20.0) -> float | None:
+    """Generated tokens per second the backend sustained in its latest burst of calls in this cache.
+
+    A burst is the newest run of calls with no pause over ``gap_s``; its tokens over its span give the
+    real throughput (queueing and concurrency included), which one probe call cannot. None when the
+    cache holds too little recent work to judge.
+    """
+    rows = llm.cache.recent(llm.backend.provider, llm.backend.model)
+    burst = rows[:1]
+    for row in rows[1:]:
+        if burst[-1][0] - row[0] > gap_s:
+            break
+        burst.append(row)
+    span = burst[0][0] - burst[-1][0] if burst else 0.0
+    if len(burst) < min_calls or span < min_span_s:
+        return None
+    return sum(tokens for _, tokens in burst[:-1]) / span  # the oldest call's tokens were made before the span
+
+
+def probe_speed(llm: LLM) -> float | None:
+    """Generated tokens per second of one call, from a probe call (cached, so measured once)."""
     context = PING.sample_context()
     key = llm.cache_key(PING, context)
     if llm.cache.get(key) is None:
@@ -60,9 +79,14 @@ def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
     out = sum(OUTPUT_TOKENS[k] * v for k, v in counts.items() if k in OUTPUT_TOKENS) * n
     out += config.text.filler_pool_size * OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
     inp = int(calls * 350)
-    speed = measured_speed(llm)
-    parallel = 1 if llm.backend.provider == "local" else min(workers * 4, llm.settings.max_concurrency)
-    eta = (out + inp / PROMPT_SPEEDUP) / speed / parallel if speed else None
+    speed = recent_throughput(llm)
+    if speed is not None:  # a real burst already paid for its prompts, queueing and concurrency
+        eta = out / speed
+    else:
+        probe = probe_speed(llm)
+        parallel = 1 if llm.backend.provider == "local" else min(workers * 4, llm.settings.max_concurrency)
+        speed = probe * parallel if probe else None
+        eta = (out + inp / PROMPT_SPEEDUP) / speed if speed else None
     price = llm.settings.prices.get(llm.backend.model)
     cost = (inp * price.input_per_mtok + out * price.output_per_mtok) / 1e6 if price else None
     return Estimate(personas=n, sessions=int(counts["sessions"] * n), llm_calls=int(calls), output_tokens=int(out),

@@ -276,9 +276,11 @@ class LLM:
             if retry:
                 count.retries += 1
                 await asyncio.sleep(self._delay(retry, error))
+            self.runtime.check()
             await throttle.ready(estimate)
             attempt = _with_attempt(request, retry)
             async with throttle.slots:
+                self.runtime.check()  # a call that waited for its slot while the run was stopped
                 count.backend_calls += 1
                 try:
                     reply = await asyncio.wait_for(self.backend.complete(attempt), self.settings.timeout_s)

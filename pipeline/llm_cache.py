@@ -111,6 +111,13 @@ class LLMCache:
         with self._lock:
             self._db.execute(sql, tuple(data.values()))
 
+    def recent(self, provider: str, model: str, limit: int = 500) -> list[tuple[float, int]]:
+        """(created_at, output_tokens) of the latest successful calls to one model, newest first."""
+        sql = ("SELECT created_at, output_tokens FROM calls WHERE provider = ? AND model = ? AND status = 'ok' "
+               "ORDER BY created_at DESC LIMIT ?")
+        with self._lock:
+            return [(float(t), int(n)) for t, n in self._db.execute(sql, (provider, model, limit)).fetchall()]
+
     def count(self, status: str | None = None) -> int:
         """Number of stored records, optionally of one status."""
         sql, args = "SELECT COUNT(*) FROM calls", ()

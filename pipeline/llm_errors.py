@@ -31,3 +31,11 @@ class RateLimited(TransientError):
     def __init__(self, message: str, retry_after_s: float | None = None) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class Interrupted(BaseException):
+    """The run is stopping (Ctrl-C, SIGTERM): no further model calls are made.
+
+    Not an LLMError (nor an Exception), so no stage falls back to code-written text, no task retries,
+    and no half-finished persona is checkpointed; every call that completed is already in the cache.
+    """

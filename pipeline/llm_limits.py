@@ -11,6 +11,8 @@ from collections.abc import Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
+from pipeline.llm_errors import Interrupted
+
 T = TypeVar("T")
 
 
@@ -105,6 +107,7 @@ class Runtime:
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(InlineExecutor(max_workers=4, thread_name_prefix="llm-gateway-dns"))
         self.throttles: dict[tuple, Throttle] = {}
+        self.stopped: str | None = None
         self.thread = threading.Thread(target=self.loop.run_forever, name="llm-gateway", daemon=True)
         self.thread.start()
 
@@ -122,6 +125,15 @@ class Runtime:
         if full_key not in self.throttles:
             self.throttles[full_key] = Throttle(max_concurrency, rpm, tpm)
         return self.throttles[full_key]
+
+    def stop(self, reason: str) -> None:
+        """Refuse every call from now on (queued ones included) with `Interrupted`; the run is ending."""
+        self.stopped = reason
+
+    def check(self) -> None:
+        """Raise `Interrupted` once the run is stopping."""
+        if self.stopped is not None:
+            raise Interrupted(self.stopped)
 
     def on_loop(self) -> bool:
         """True when the caller runs on the gateway loop's thread."""

@@ -20,7 +20,14 @@ from typing import ClassVar
 
 from pipeline.llm_backends import BackendReply, BackendRequest
 from pipeline.llm_errors import CallFailed, ConfigError
+from pipeline.llm_limits import Runtime
 from schemas.llm import LLMSettings
+
+# llama.cpp's OpenMP threads spin while they wait. Beside any other busy thread (the flow's own Python
+# work, Prefect's server) a spinning team on 2 cores ran 3-8x slower (measured 4 vs 26 tokens/s);
+# passive waiting costs ~20% on an idle machine and keeps the speed steady. libgomp reads this when
+# it loads, so it is set before anything here imports llama_cpp.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 log = logging.getLogger(__name__)
@@ -113,6 +120,7 @@ class LocalBackend:
         return min(request.max_tokens, token_cap(request.schema))
 
     def _complete(self, request: BackendRequest) -> BackendReply:
+        Runtime.get().check()  # queued before the run stopped: never starts (one in progress finishes)
         model = self.loaded()
         grammar = None if request.free_text else self.grammar(request.schema)[0]
         with model.lock:

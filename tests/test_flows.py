@@ -85,6 +85,42 @@ def test_killed_run_resumes_with_each_request_sent_once(tmp_path):
     assert rows_after_kill + resumed_calls == _ok_rows(cache)  # every distinct request reached the model once
 
 
+@pytest.mark.slow
+def test_sigterm_stops_a_run_promptly_and_cleanly_and_a_rerun_continues(tmp_path):
+    """SIGTERM mid-run: queued model calls are dropped, one error line, exit 143, Prefect's server gone."""
+    import time
+
+    env = {**os.environ, "PREFECT_LOGGING_LEVEL": "ERROR"}
+    cache = tmp_path / "cache" / "llm.sqlite"
+    base = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "2", "--seed", "5",
+            "--outputs", str(tmp_path / "out"), "--cache", str(cache), "--workers", "2"]
+    log = tmp_path / "stopped.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([*base, "--llm", "fake?latency_s=0.3"], cwd=REPO, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            while not (cache.exists() and _ok_rows(cache) >= 5):
+                assert proc.poll() is None, log.read_text()[-2000:]
+                time.sleep(0.2)
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=60)  # without the stop, the run went on to its last call
+            time.sleep(1)
+            left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    text = log.read_text()
+    assert code == 143 and "error: interrupted" in text and "Traceback" not in text, text[-2000:]
+    assert left == []  # the temporary Prefect server was shut down with the run
+    assert not (tmp_path / "out" / "smoke").exists() or not list((tmp_path / "out" / "smoke").glob("v0*"))
+    stopped_rows = _ok_rows(cache)
+    assert _run_cli([*base, "--llm", "fake"], env, tmp_path / "resumed.log") == 0
+    (version,) = (tmp_path / "out" / "smoke").glob("v0*")
+    assert stopped_rows + manifest(version)["usage"]["total"]["backend_calls"] == _ok_rows(cache)
+
+
 def _run_cli(args: list[str], env: dict, log: Path) -> int:
     """Run the CLI in its own process group; afterwards kill what it left (Prefect's temporary server)."""
     with log.open("wb") as out:

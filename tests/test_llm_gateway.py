@@ -216,3 +216,16 @@ def test_many_calls_prepare_within_a_window(tmp_path):
     contexts = [TopicContext(name=f"p{i}", topic="tea") for i in range(12)]
     assert len(llm.generate_many(SPEC, contexts)) == 12
     assert active["peak"] == 4 and backend.calls == 12
+
+
+def test_a_stopping_run_makes_no_more_model_calls(tmp_path):
+    from pipeline.llm_errors import Interrupted
+
+    llm, backend = fake_llm(tmp_path)
+    llm.runtime.stop("test")
+    try:
+        with pytest.raises(Interrupted):
+            llm.generate_each(SPEC, [TopicContext(name="Ada", topic="tea")])  # not turned into a code fallback
+    finally:
+        llm.runtime.stopped = None
+    assert backend.calls == 0

@@ -55,3 +55,24 @@ def test_plan_reads_personahub(tmp_path, personahub_file):
     result = runner.invoke(app, ["plan", "--n", "4", "--personahub", str(personahub_file), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert pq.read_table(out / "personas.parquet").column("seed_source").to_pylist() == ["personahub"] * 4
+
+
+def test_eta_speed_comes_from_the_latest_burst_of_calls_else_a_probe(tmp_path):
+    from pipeline.estimate import recent_throughput
+    from pipeline.llm import LLM
+    from pipeline.llm_cache import CallRecord
+    from schemas.llm import LLMSettings
+
+    llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "llm.sqlite"))
+    assert recent_throughput(llm) is None  # an empty cache: the plan falls back to one probe call
+
+    def call(i: int, at: float, tokens: int, model: str = "fake") -> CallRecord:
+        return CallRecord(key=f"k{model}{i}", status="ok", spec="s", provider="fake", model=model, request="[]",
+                          output_tokens=tokens, latency_s=99.0, created_at=at)
+
+    for i in range(10):  # an old burst at 1 tokens/s, then an hour's pause
+        llm.cache.put(call(i, 1000.0 + 100 * i, 100))
+    for i in range(11):  # the latest burst: 50 tokens every 2 s = 25 tokens/s, whatever each call's latency
+        llm.cache.put(call(100 + i, 10_000.0 + 2 * i, 50))
+    llm.cache.put(call(500, 20_000.0, 10**6, model="other"))  # another model's calls do not count
+    assert recent_throughput(llm) == 25.0
