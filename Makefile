@@ -29,7 +29,7 @@ install: $(STAMP) ## create .venv and install personagen with its dev extras (fi
 test: $(STAMP) ## run the fast test suite (sets itself up on a fresh machine)
 	$(PY) -m pytest -m 'not slow'
 
-test-slow: $(STAMP) ## run the slow tests (kill -9, concurrency, real model end to end)
+test-slow: $(STAMP) ## run the slow tests (kill -9 and SIGTERM resume, concurrency, Dask, the refresh schedule)
 	$(PY) -m pytest -m slow
 
 lint: $(STAMP) ## run ruff
