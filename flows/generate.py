@@ -55,7 +55,7 @@ publish_task = task(publish_run, name="publish-dataset", cache_policy=NO_CACHE, 
 @flow(name="generate-benchmark", persist_result=False, log_prints=False)
 def generate_benchmark(spec: RunSpec) -> str:
     """Seed personas, run each persona's stages concurrently, then assemble and publish one version."""
-    Runtime.get().stopped = None  # a long-lived process (make serve) may have seen an earlier run interrupted
+    Runtime.get().resume()  # a long-lived process (make serve) may have seen an earlier run interrupted
     try:
         return _generate_benchmark(spec)
     except BaseException as exc:

@@ -130,6 +130,10 @@ class Runtime:
         """Refuse every call from now on (queued ones included) with `Interrupted`; the run is ending."""
         self.stopped = reason
 
+    def resume(self) -> None:
+        """Accept calls again (a long-lived process starting a new run after an interrupted one)."""
+        self.stopped = None
+
     def check(self) -> None:
         """Raise `Interrupted` once the run is stopping."""
         if self.stopped is not None:

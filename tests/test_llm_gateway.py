@@ -227,5 +227,5 @@ def test_a_stopping_run_makes_no_more_model_calls(tmp_path):
         with pytest.raises(Interrupted):
             llm.generate_each(SPEC, [TopicContext(name="Ada", topic="tea")])  # not turned into a code fallback
     finally:
-        llm.runtime.stopped = None
+        llm.runtime.resume()
     assert backend.calls == 0
