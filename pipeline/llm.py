@@ -32,6 +32,7 @@ from schemas.llm import LLMSettings, TokenCount, UsageSummary
 __all__ = ["LLM", "LLMError", "ConfigError", "CacheMiss", "CallFailed", "LLMSettings", "UsageSummary", "ChatReply"]
 
 REASK = "Your previous reply was rejected: {problem}\nReply again with a corrected answer to the request above."
+RESAMPLE = "(An earlier answer to this was rejected: {problem}.)"
 CHAT_FINGERPRINT = "free-text-chat"
 
 
@@ -258,7 +259,10 @@ class LLM:
                     return output
                 if ask < self.settings.reask:
                     count.reasks += 1
-                    request = _reasked(request, reply, problem, ask + 1)
+                    if getattr(self.backend, "reask_with_reply", True):
+                        request = _reasked(request, reply, problem, ask + 1)
+                    else:
+                        request = _resampled(request, problem, ask + 1)
             raise CallFailed(f"{spec.name}: no valid output after {self.settings.reask + 1} asks: {problem}")
         except LLMError as exc:
             count.failures += 1
@@ -343,6 +347,8 @@ def _validate(reply: BackendReply, output: type[BaseModel]) -> tuple[BaseModel |
     """The parsed output, or None and a one-paragraph reason to feed back."""
     if reply.finish_reason in ("length", "content_filter"):
         return None, f"the reply stopped early (finish_reason={reply.finish_reason}); answer more briefly"
+    if reply.finish_reason == "repetition":
+        return None, "the reply fell into repeating itself and was cut off; write each part once, briefly"
     try:
         # strict=False: raw newlines inside strings (small models under a grammar write them) are accepted
         data = json.loads(reply.text, strict=False)
@@ -360,6 +366,14 @@ def _reasked(request: BackendRequest, reply: BackendReply, problem: str, ask: in
     messages = [*request.messages, {"role": "assistant", "content": reply.text},
                 {"role": "user", "content": REASK.format(problem=problem)}]
     return replace(request, messages=messages, attempt=100 * ask)
+
+
+def _resampled(request: BackendRequest, problem: str, ask: int) -> BackendRequest:
+    """The original request, the reason added to its last message and a new seed: a fresh sample for
+    backends whose rejected replies only mislead the next ask (a small local model copies its own loop)."""
+    messages = [dict(m) for m in request.messages]
+    messages[-1]["content"] = f"{messages[-1]['content']}\n\n{RESAMPLE.format(problem=problem)}"
+    return replace(request, messages=messages, seed=request.seed + 1000 * ask, attempt=100 * ask)
 
 
 def _with_attempt(request: BackendRequest, retry: int) -> BackendRequest:

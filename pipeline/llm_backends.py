@@ -42,7 +42,11 @@ class BackendReply(BaseModel):
 
 
 class Backend(Protocol):
-    """What the gateway needs from a model backend."""
+    """What the gateway needs from a model backend.
+
+    Optional attribute `reask_with_reply` (default True): False makes a re-ask resend the original
+    request with the reason and a new seed, instead of showing the model its rejected reply.
+    """
 
     provider: str
     model: str

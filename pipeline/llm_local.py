@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from pipeline.llm_backends import BackendReply, BackendRequest
-from pipeline.llm_errors import CallFailed, ConfigError
+from pipeline.llm_errors import CallFailed, ConfigError, Interrupted
 from pipeline.llm_limits import Runtime
 from schemas.llm import LLMSettings
 
@@ -41,6 +41,94 @@ def default_model_path() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
 
 
+class GenerationGuard:
+    """Ends a generation early: when the run is stopping, or when the reply has fallen into a loop.
+
+    llama.cpp samples on until the token cap unless something stops it, and llama-cpp-python ignores
+    exceptions raised from callbacks; a stopping criterion is the one way to end a generation that is
+    under way. It sees the tokens before each new one; `reset` arms it for the next call.
+
+    Calibrated on 66 SmolLM2 replies of 64+ tokens from real runs: every 64-token window with fewer
+    than 24 distinct tokens was a loop ("teim", "teim", ...; "1, 2, 3, ..."; one clause over and over),
+    some of them inside replies that had passed validation; prose and JSON run 35-50.
+    """
+
+    WINDOW = 64          # tokens the diversity check looks at
+    MIN_DISTINCT = 16    # fewer distinct tokens in the window: degenerate (counting, one phrase over and over)
+    MAX_PERIOD = 40      # longest repeated unit the loop check looks for
+    MIN_LOOP = 48        # tokens a loop of 3+ identical units must span to count
+    EVERY = 8            # check every this many tokens
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.start: int | None = None
+        self.seen = 0
+        self.fired: str | None = None
+
+    def __call__(self, tokens, logits) -> bool:
+        if self.fired is not None:
+            return True
+        n = len(tokens)
+        if self.start is None:
+            self.start = n  # the first check sees exactly the prompt
+        if n <= self.seen:  # the after-the-loop check of a finished reply, not a new token
+            return False
+        self.seen = n
+        if Runtime.get().stopped is not None:
+            self.fired = "stopped"
+        elif (n - self.start) % self.EVERY == 0 and looping(tokens[self.start:].tolist()):
+            self.fired = "repetition"
+        return self.fired is not None
+
+
+def looping(generated: list[int], window: int = GenerationGuard.WINDOW, min_distinct: int = GenerationGuard.MIN_DISTINCT,
+            max_period: int = GenerationGuard.MAX_PERIOD, min_loop: int = GenerationGuard.MIN_LOOP) -> bool:
+    """Whether the end of ``generated`` is degenerate: a window of very few distinct tokens (counting,
+    one repeated character), or one unit of up to ``max_period`` tokens repeated 3+ times over ``min_loop``."""
+    if len(generated) >= window and len(set(generated[-window:])) < min_distinct:
+        return True
+    for period in range(1, max_period + 1):
+        unit, repeats = generated[-period:], 1
+        while len(generated) >= (repeats + 1) * period and \
+                generated[-(repeats + 1) * period:-repeats * period] == unit:
+            repeats += 1
+        if repeats >= 3 and repeats * period >= min_loop:
+            return True
+    return False
+
+
+class _GuardedFormatter:
+    """The model's own chat template, with the guard added to its stopping criteria."""
+
+    def __init__(self, formatter, guard: GenerationGuard) -> None:
+        self.formatter, self.guard = formatter, guard
+
+    def __call__(self, **kwargs):
+        from llama_cpp import StoppingCriteriaList
+
+        result = self.formatter(**kwargs)
+        result.stopping_criteria = StoppingCriteriaList([*(result.stopping_criteria or []), self.guard])
+        return result
+
+
+def _install_guard(llama) -> GenerationGuard | None:
+    """Route chat completions through the GGUF's chat template plus a guard (None: no template in the file)."""
+    from llama_cpp import llama_chat_format
+
+    template = getattr(llama, "metadata", {}).get("tokenizer.chat_template")
+    if not template or llama.chat_handler is not None:
+        return None
+    eos, bos = llama.token_eos(), llama.token_bos()
+    formatter = llama_chat_format.Jinja2ChatFormatter(
+        template=template, eos_token=llama._model.token_get_text(eos) if eos != -1 else "",
+        bos_token=llama._model.token_get_text(bos) if bos != -1 else "", stop_token_ids=[eos])
+    guard = GenerationGuard()
+    llama.chat_handler = llama_chat_format.chat_formatter_to_chat_completion_handler(_GuardedFormatter(formatter, guard))
+    return guard
+
+
 @dataclass
 class LoadedModel:
     """One Llama instance per (file, n_ctx, n_threads) per process; `lock` serialises its use.
@@ -50,6 +138,7 @@ class LoadedModel:
     """
 
     llama: object
+    guard: GenerationGuard | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="llama"))
 
@@ -66,7 +155,7 @@ class LoadedModel:
 
                 llama = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
                               n_threads_batch=n_threads, verbose=False)
-                loaded = cls(llama=llama)
+                loaded = cls(llama=llama, guard=_install_guard(llama))
                 # On exit (Ctrl-C, SIGTERM) drop queued calls instead of running them all first: the
                 # executor's own exit hook would otherwise finish every queued generation.
                 threading._register_atexit(partial(loaded.executor.shutdown, wait=False, cancel_futures=True))
@@ -78,6 +167,9 @@ class LocalBackend:
     """Embedded llama.cpp; llama is not thread-safe, so calls to one instance are serialised."""
 
     provider = "local"
+    # A re-ask resamples the original request: shown its own rejected reply (often a loop cut off at the
+    # token cap), a 135M model copies it, and the longer prompt costs time.
+    reask_with_reply = False
 
     def __init__(self, path: str | None, settings: LLMSettings) -> None:
         self.path = Path(path).expanduser() if path else default_model_path()
@@ -120,19 +212,25 @@ class LocalBackend:
         return min(request.max_tokens, token_cap(request.schema))
 
     def _complete(self, request: BackendRequest) -> BackendReply:
-        Runtime.get().check()  # queued before the run stopped: never starts (one in progress finishes)
+        Runtime.get().check()  # queued before the run stopped: never starts (one under way is cut short)
         model = self.loaded()
         grammar = None if request.free_text else self.grammar(request.schema)[0]
         with model.lock:
+            if model.guard is not None:
+                model.guard.reset()
             try:
                 result = model.llama.create_chat_completion(
                     messages=request.messages, grammar=grammar, temperature=request.temperature,
                     top_p=request.top_p, max_tokens=self._max_tokens(request), seed=request.seed)
             except ValueError as exc:  # e.g. the prompt does not fit n_ctx
                 raise CallFailed(f"embedded model rejected the request: {exc}") from None
+            fired = model.guard.fired if model.guard is not None else None
+        if fired == "stopped":  # the half-written reply is dropped
+            raise Interrupted(Runtime.get().stopped or "the run is stopping")
         choice = result["choices"][0]
         usage = result.get("usage") or {}
-        return BackendReply(text=choice["message"]["content"] or "", finish_reason=choice["finish_reason"] or "stop",
+        return BackendReply(text=choice["message"]["content"] or "",
+                            finish_reason=fired or choice["finish_reason"] or "stop",
                             input_tokens=usage.get("prompt_tokens", 0),
                             output_tokens=usage.get("completion_tokens", 0))
 

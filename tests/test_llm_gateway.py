@@ -52,6 +52,25 @@ def test_schema_violation_and_truncation_are_reasked(tmp_path):
     assert "finish_reason=length" in backend.requests[2].messages[-1]["content"]
 
 
+def test_backends_that_do_not_want_their_reply_back_get_a_fresh_sample(tmp_path):
+    llm, backend = fake_llm(tmp_path, "truncation=@0")
+    backend.reask_with_reply = False
+    assert isinstance(llm.generate(SPEC, ADA), TopicNote)
+    first, second = backend.requests
+    assert [m["role"] for m in second.messages] == [m["role"] for m in first.messages]
+    assert second.messages[-1]["content"].startswith(first.messages[-1]["content"])
+    assert "finish_reason=length" in second.messages[-1]["content"]
+    assert second.seed != first.seed and llm.usage_summary().total.reasks == 1
+
+
+def test_a_reply_cut_off_for_repeating_itself_is_reasked(tmp_path):
+    from pipeline.llm import _validate
+    from pipeline.llm_backends import BackendReply
+
+    output, problem = _validate(BackendReply(text='{"topic": "tea tea tea', finish_reason="repetition"), TopicNote)
+    assert output is None and "repeating itself" in problem
+
+
 def test_exhausted_reasks_fail_are_stored_and_retried_next_run(tmp_path):
     llm, backend = fake_llm(tmp_path, "schema_violation=1", reask=2)
     with pytest.raises(CallFailed, match="no valid output after 3 asks"):
