@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel
 
 from pipeline.beats import plan_sessions
@@ -71,13 +73,24 @@ def probe_speed(llm: LLM) -> float | None:
     return record.output_tokens / record.latency_s
 
 
+def filler_calls(config: RunConfig, counts: dict[str, float]) -> int:
+    """Filler sessions the run will write: the configured pool, or more when the largest budget needs more
+    filler than that pool holds (the run tops the pool up until it can fill every context)."""
+    from pipeline.run import filler_need  # run imports the whole pipeline; only the plan needs it here
+
+    own = OUTPUT_TOKENS["beat"] * counts["beat"] + OUTPUT_TOKENS["small_talk"] * counts["small_talk"]
+    per_session = OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
+    return max(config.text.filler_pool_size, math.ceil(filler_need(config, [int(own)]) / per_session))
+
+
 def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
     """Sizes from the plan, tokens from typical sizes, time from the backend's measured speed."""
     counts = per_persona_counts(config)
     n = config.n_personas
-    calls = sum(v for k, v in counts.items() if k != "sessions") * n + config.text.filler_pool_size
+    filler = filler_calls(config, counts)
+    calls = sum(v for k, v in counts.items() if k != "sessions") * n + filler
     out = sum(OUTPUT_TOKENS[k] * v for k, v in counts.items() if k in OUTPUT_TOKENS) * n
-    out += config.text.filler_pool_size * OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
+    out += filler * OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
     inp = int(calls * 350)
     speed = recent_throughput(llm)
     if speed is not None:  # a real burst already paid for its prompts, queueing and concurrency

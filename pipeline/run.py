@@ -5,6 +5,7 @@ flows/ wraps these functions in Prefect tasks; everything here is plain, testabl
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -115,14 +116,24 @@ def filler_job(spec: RunSpec) -> tuple[list[SessionWithTurns], UsageSummary]:
     return write_filler_pool(llm=llm, config=spec.config), llm.usage_summary()
 
 
-FILLER_BATCH = 16
+FILLER_BATCH_MAX = 64  # most filler calls one top-up round asks for
+FILLER_TOKENS_PER_EXCHANGE = 150  # a first guess at one filler exchange's size, before any is written
 
 
 def filler_need(config: RunConfig, own_tokens: list[int]) -> int:
-    """Filler tokens the largest context needs: its budget minus the smallest persona's own share of it."""
+    """Filler tokens the largest context needs: its budget minus the smallest persona's own share of it,
+    plus a margin for packing whole sessions (a tenth of the budget, at most 1,000 tokens)."""
     budget = max(config.assembly.budgets)
     own = min(own_tokens, default=0)
-    return budget - min(own, int(budget * config.assembly.max_persona_fraction)) + 1000
+    return budget - min(own, int(budget * config.assembly.max_persona_fraction)) + min(1000, budget // 10)
+
+
+def top_up_size(shortfall: int, kept: list[SessionWithTurns], config: RunConfig) -> int:
+    """Filler calls for one top-up round: the shortfall over the mean kept session, a quarter more for
+    calls that fail or name a dataset item; at least 1, at most ``FILLER_BATCH_MAX``."""
+    sizes = [s.session.n_tokens for s in kept]
+    per_session = sum(sizes) / len(sizes) if sizes else FILLER_TOKENS_PER_EXCHANGE * config.text.filler_exchanges
+    return max(1, min(FILLER_BATCH_MAX, math.ceil(1.25 * shortfall / max(per_session, 1.0))))
 
 
 def complete_filler(spec: RunSpec, pool: list[SessionWithTurns], items: set[str],
@@ -130,14 +141,17 @@ def complete_filler(spec: RunSpec, pool: list[SessionWithTurns], items: set[str]
     """Drop filler that names any dataset item, then add sessions until the pool can fill the largest budget.
 
     Filler session i is the same whatever the pool size, so a grown pool is as reproducible as the first one.
+    Each round asks for about as many sessions as the shortfall needs (not a fixed batch): on the embedded
+    model a filler call takes seconds, and a round of calls nobody needs held up the whole run.
     """
     llm = LLM(spec.llm)
     need = filler_need(spec.config, own_tokens)
     kept, dropped = filter_filler(pool, items)
     start = max([spec.config.text.filler_pool_size] + [int(s.session.provenance["index"]) + 1 for s in pool])
-    while sum(s.session.n_tokens for s in kept) < need:
-        fresh = write_filler_pool(llm=llm, config=spec.config, start=start, count=FILLER_BATCH)
-        start += FILLER_BATCH
+    while (shortfall := need - sum(s.session.n_tokens for s in kept)) > 0:
+        count = top_up_size(shortfall, kept, spec.config)
+        fresh = write_filler_pool(llm=llm, config=spec.config, start=start, count=count)
+        start += count
         if not fresh:
             break  # the model fails every filler call; assembly will say the pool is too small
         more, more_dropped = filter_filler(fresh, items)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import sqlite3
@@ -146,3 +147,20 @@ def test_dask_runner_gives_the_same_tables_as_threads(harness, tmp_path):
     threads = run_generate(spec_for(tmp_path / "a", 4), workers=2)
     dask = run_generate(spec_for(tmp_path / "b", 4), runner="dask", workers=2)
     assert table_bytes(threads) == table_bytes(dask)
+
+
+def test_filler_top_up_asks_for_what_the_shortfall_needs(tmp_path):
+    from pipeline.run import FILLER_BATCH_MAX, complete_filler, filler_need, top_up_size
+
+    spec = spec_for(tmp_path, 2)
+    need = filler_need(spec.config, [1000])
+    assert need == 3000 - 1000 + 300  # smoke: largest budget 3,000, margin a tenth of it
+    kept, dropped, usage = complete_filler(spec, [], set(), [1000])
+    sizes = [s.session.n_tokens for s in kept]
+    assert sum(sizes) >= need and not dropped
+    calls = usage.by_stage["filler"].calls if "filler" in usage.by_stage else usage.total.calls
+    mean = sum(sizes) / len(sizes)
+    assert calls == len(kept) <= 1.25 * need / mean + 2  # sized rounds, not batches of a fixed 16
+    assert top_up_size(10, [], spec.config) == 1
+    assert top_up_size(10**9, kept, spec.config) == FILLER_BATCH_MAX
+    assert top_up_size(1000, kept[:2], spec.config) == math.ceil(1250 / (sum(sizes[:2]) / 2))
