@@ -28,16 +28,34 @@ console = Console()
 
 
 class RichReporter:
-    """Shows personas done (with ETA) and the current stage."""
+    """Shows personas done, model calls against the plan's expected calls (each with an ETA), and the stage.
 
-    def __init__(self, progress: Progress, total: int) -> None:
+    The calls bar moves with every call, so a long run shows its ETA from the first minutes, while the
+    first persona may take many calls to finish; a persona served from its checkpoint counts as its
+    expected calls. Calls made in other processes (Dask workers) are not seen.
+    """
+
+    def __init__(self, progress: Progress, total: int, calls: int = 0) -> None:
         self.progress = progress
         self.personas = progress.add_task("personas (text + queries)", total=total)
+        self.calls = progress.add_task("model calls", total=calls) if calls else None
+        self.calls_per_persona = calls / total if total else 0.0
         self.reused = 0
+
+    def call_done(self, stage: str, count) -> None:
+        """A gateway listener: one finished call (cached or not)."""
+        if self.calls is None or stage == "estimate":
+            return
+        task = self.progress.tasks[self.calls]
+        if task.completed + count.calls > task.total:  # more calls than planned: keep the bar honest
+            self.progress.update(self.calls, total=task.completed + count.calls)
+        self.progress.advance(self.calls, count.calls)
 
     def persona_done(self, index: int, from_checkpoint: bool, failed: bool) -> None:
         self.reused += from_checkpoint
         self.progress.advance(self.personas)
+        if from_checkpoint and self.calls is not None:
+            self.progress.advance(self.calls, self.calls_per_persona)
 
     def stage(self, name: str) -> None:
         self.finish()
@@ -48,6 +66,12 @@ class RichReporter:
         for task in self.progress.tasks:
             if task.total is None:
                 self.progress.update(task.id, total=1, completed=1)
+
+    def done(self) -> None:
+        """The run is over: every stage done, and the calls bar ends at the calls really made."""
+        self.finish()
+        if self.calls is not None:
+            self.progress.update(self.calls, total=self.progress.tasks[self.calls].completed)
 
 
 def _plan_table(estimate, config, llm_name: str) -> Table:
@@ -109,7 +133,8 @@ def generate(
     if dry_run:
         return
     spec = RunSpec(config=config, llm=settings, outputs=outputs, keep=keep)
-    path = _run(spec, runner=runner, workers=workers, dask_address=dask_address, total=config.n_personas)
+    path = _run(spec, runner=runner, workers=workers, dask_address=dask_address, total=config.n_personas,
+                calls=estimate.llm_calls)
     _summary(path)
 
 
@@ -131,7 +156,7 @@ def _on_sigterm(signum, frame) -> None:
     raise _Terminated()
 
 
-def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: int) -> Path:
+def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: int, calls: int = 0) -> Path:
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # before Prefect is imported: keep the display clean
     # The CLI reports a failure itself, in one `error:` line; Prefect's console tracebacks would bury it
     # (its logs still reach the Prefect API, and a real crash still prints Python's traceback).
@@ -141,6 +166,7 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: in
     from flows.generate import run_generate
     from flows.progress import REPORTER
     from pipeline.cli import fail
+    from pipeline.llm import listen
     from pipeline.llm_errors import Interrupted
 
     # SIGTERM unwinds like Ctrl-C, so the run stops its model calls and cleans up (Prefect's temporary
@@ -151,12 +177,13 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: in
                TimeRemainingColumn())
     try:
         with Progress(*columns, console=console) as progress:
-            reporter = RichReporter(progress, total)
-            token = REPORTER.set(reporter)
+            reporter = RichReporter(progress, total, calls)
+            token, unlisten = REPORTER.set(reporter), listen(reporter.call_done)
             try:
                 path = run_generate(spec, runner=runner, workers=workers, dask_address=dask_address)
-                reporter.finish()
+                reporter.done()
             finally:
+                unlisten()
                 REPORTER.reset(token)
     except UserError as exc:
         raise fail(str(exc)) from None

@@ -16,7 +16,7 @@ import json
 import random
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from pydantic import BaseModel, ValidationError
@@ -31,6 +31,9 @@ from schemas.llm import LLMSettings, TokenCount, UsageSummary
 
 __all__ = ["LLM", "LLMError", "ConfigError", "CacheMiss", "CallFailed", "LLMSettings", "UsageSummary", "ChatReply"]
 
+# Called with (stage, count) as each call finishes, cached or not, from whichever thread ran it: a live
+# progress display listens here (see `listen`).
+_LISTENERS: list[Callable[[str, TokenCount], None]] = []
 REASK = "Your previous reply was rejected: {problem}\nReply again with a corrected answer to the request above."
 RESAMPLE = "(An earlier answer to this was rejected: {problem}.)"
 CHAT_FINGERPRINT = "free-text-chat"
@@ -323,6 +326,8 @@ class LLM:
         count.cost_usd = self._cost(count)
         with self._usage_lock:
             self._usage.record(stage, self.name, count)
+        for listener in list(_LISTENERS):
+            listener(stage, count)
 
     def _store(self, spec, request, reply, output, count, started) -> None:
         self.cache.put(CallRecord(
@@ -341,6 +346,13 @@ class LLM:
             output_tokens=count.output_tokens, latency_s=time.monotonic() - started,
             attempts=count.backend_calls, error=str(error),
         ))
+
+
+def listen(listener: Callable[[str, TokenCount], None]) -> Callable[[], None]:
+    """Call ``listener(stage, count)`` for every call any gateway in this process finishes; returns the
+    function that stops it. Listeners must be quick and thread-safe (calls finish on the gateway loop)."""
+    _LISTENERS.append(listener)
+    return lambda: _LISTENERS.remove(listener) if listener in _LISTENERS else None
 
 
 def _validate(reply: BackendReply, output: type[BaseModel]) -> tuple[BaseModel | None, str]:

@@ -76,3 +76,35 @@ def test_eta_speed_comes_from_the_latest_burst_of_calls_else_a_probe(tmp_path):
         llm.cache.put(call(100 + i, 10_000.0 + 2 * i, 50))
     llm.cache.put(call(500, 20_000.0, 10**6, model="other"))  # another model's calls do not count
     assert recent_throughput(llm) == 25.0
+
+
+def test_progress_display_counts_model_calls_against_the_plan(tmp_path):
+    import io
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from pipeline.cli_generate import RichReporter
+    from pipeline.llm import listen
+    from tests.support.llm_helpers import SPEC, TopicContext, fake_llm
+
+    llm, _ = fake_llm(tmp_path)
+    with Progress(console=Console(file=io.StringIO())) as progress:
+        reporter = RichReporter(progress, total=2, calls=6)
+        calls = progress.tasks[reporter.calls]
+        unlisten = listen(reporter.call_done)
+        try:
+            llm.generate(SPEC, TopicContext(name="Ada", topic="tea"))
+            llm.generate(SPEC, TopicContext(name="Ada", topic="tea"))  # a cache hit is progress too
+            assert calls.completed == 2
+            reporter.persona_done(1, from_checkpoint=True, failed=False)  # its 3 calls were made in an earlier run
+            assert calls.completed == 5
+            for topic in ("a", "b", "c"):
+                llm.generate(SPEC, TopicContext(name="Ada", topic=topic))
+            assert (calls.completed, calls.total) == (8, 8)  # more calls than planned: the total follows
+        finally:
+            unlisten()
+        llm.generate(SPEC, TopicContext(name="Bo", topic="tea"))
+        assert calls.completed == 8  # no longer listening
+        reporter.done()
+        assert calls.total == 8 and progress.tasks[reporter.personas].completed == 1
