@@ -9,12 +9,17 @@ from pydantic import BaseModel
 from pipeline.beats import plan_sessions
 from pipeline.llm import LLM
 from pipeline.plan import build_plan
-from pipeline.specs import PING
+from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SMALL_TALK
 from schemas.config import RunConfig
 from schemas.query import QUERY_TYPES
 
-# Typical generated tokens per call of each kind (measured on the fake and embedded backends).
-OUTPUT_TOKENS = {"profile": 150, "inventory": 110, "narration": 120, "beat": 110, "small_talk": 75, "query": 160}
+# Typical generated tokens per call of each kind (small talk and filler: per exchange), used until the
+# cache holds MIN_MEASURED calls of a kind from this model. Measured on SmolLM2-135M in a smoke run
+# (re-asks and failed calls included); an instruction-tuned API model writes similar sizes.
+OUTPUT_TOKENS = {"profile": 100, "inventory": 80, "narration": 190, "beat": 180, "small_talk": 140, "query": 165}
+SPEC_OF_KIND = {"profile": PROFILE.name, "inventory": INVENTORY.name, "narration": NARRATION.name, "beat": BEAT.name,
+                "small_talk": SMALL_TALK.name, "query": QUERY.name, "filler": FILLER.name}
+MIN_MEASURED = 3
 PROMPT_SPEEDUP = 8.0  # prompt tokens are processed this many times faster than tokens are generated
 
 
@@ -73,24 +78,35 @@ def probe_speed(llm: LLM) -> float | None:
     return record.output_tokens / record.latency_s
 
 
-def filler_calls(config: RunConfig, counts: dict[str, float]) -> int:
+def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
+    """Generated tokens per call of each kind: this model's mean in the cache (re-asks and failed calls
+    included) once it holds ``MIN_MEASURED`` calls of the kind, else the typical size. Small talk and
+    filler calls are measured per call; their typical sizes scale with the configured exchanges."""
+    typical = dict(OUTPUT_TOKENS)
+    typical["small_talk"] = OUTPUT_TOKENS["small_talk"] * max(1, config.text.small_talk_exchanges)
+    typical["filler"] = OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
+    measured = llm.cache.tokens_by_spec(llm.backend.provider, llm.backend.model)
+    return {kind: measured[SPEC_OF_KIND[kind]][1] if measured.get(SPEC_OF_KIND[kind], (0, 0))[0] >= MIN_MEASURED
+            else size for kind, size in typical.items()}
+
+
+def filler_calls(config: RunConfig, counts: dict[str, float], sizes: dict[str, float]) -> int:
     """Filler sessions the run will write: the configured pool, or more when the largest budget needs more
     filler than that pool holds (the run tops the pool up until it can fill every context)."""
     from pipeline.run import filler_need  # run imports the whole pipeline; only the plan needs it here
 
-    own = OUTPUT_TOKENS["beat"] * counts["beat"] + OUTPUT_TOKENS["small_talk"] * counts["small_talk"]
-    per_session = OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
-    return max(config.text.filler_pool_size, math.ceil(filler_need(config, [int(own)]) / per_session))
+    own = sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"]
+    return max(config.text.filler_pool_size, math.ceil(filler_need(config, [int(own)]) / max(sizes["filler"], 1.0)))
 
 
 def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
-    """Sizes from the plan, tokens from typical sizes, time from the backend's measured speed."""
+    """Sizes from the plan, tokens per call as measured on this model (else typical), time from its measured speed."""
     counts = per_persona_counts(config)
+    sizes = call_tokens(config, llm)
     n = config.n_personas
-    filler = filler_calls(config, counts)
+    filler = filler_calls(config, counts, sizes)
     calls = sum(v for k, v in counts.items() if k != "sessions") * n + filler
-    out = sum(OUTPUT_TOKENS[k] * v for k, v in counts.items() if k in OUTPUT_TOKENS) * n
-    out += filler * OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
+    out = sum(sizes[k] * v for k, v in counts.items() if k in sizes) * n + filler * sizes["filler"]
     inp = int(calls * 350)
     speed = recent_throughput(llm)
     if speed is not None:  # a real burst already paid for its prompts, queueing and concurrency

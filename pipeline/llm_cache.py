@@ -112,11 +112,19 @@ class LLMCache:
             self._db.execute(sql, tuple(data.values()))
 
     def recent(self, provider: str, model: str, limit: int = 500) -> list[tuple[float, int]]:
-        """(created_at, output_tokens) of the latest successful calls to one model, newest first."""
-        sql = ("SELECT created_at, output_tokens FROM calls WHERE provider = ? AND model = ? AND status = 'ok' "
+        """(created_at, output_tokens) of the latest calls to one model, failed ones included (their tokens
+        took time too), newest first."""
+        sql = ("SELECT created_at, output_tokens FROM calls WHERE provider = ? AND model = ? "
                "ORDER BY created_at DESC LIMIT ?")
         with self._lock:
             return [(float(t), int(n)) for t, n in self._db.execute(sql, (provider, model, limit)).fetchall()]
+
+    def tokens_by_spec(self, provider: str, model: str) -> dict[str, tuple[int, float]]:
+        """Per spec of one model: (calls, mean generated tokens per call), failed calls and re-asks included."""
+        sql = ("SELECT spec, COUNT(*), AVG(output_tokens) FROM calls WHERE provider = ? AND model = ? "
+               "GROUP BY spec")
+        with self._lock:
+            return {spec: (int(n), float(mean)) for spec, n, mean in self._db.execute(sql, (provider, model))}
 
     def count(self, status: str | None = None) -> int:
         """Number of stored records, optionally of one status."""

@@ -108,3 +108,32 @@ def test_progress_display_counts_model_calls_against_the_plan(tmp_path):
         assert calls.completed == 8  # no longer listening
         reporter.done()
         assert calls.total == 8 and progress.tasks[reporter.personas].completed == 1
+
+
+def test_plan_sizes_calls_from_this_models_cache_once_it_holds_enough_of_a_kind(tmp_path):
+    from pipeline.config import load_config
+    from pipeline.estimate import MIN_MEASURED, OUTPUT_TOKENS, call_tokens, estimate_run
+    from pipeline.llm import LLM
+    from pipeline.llm_cache import CallRecord
+    from pipeline.specs import BEAT, QUERY
+    from schemas.llm import LLMSettings
+
+    config = load_config("smoke", n_personas=2)
+    llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "llm.sqlite"))
+    assert call_tokens(config, llm)["beat"] == OUTPUT_TOKENS["beat"]
+    before = estimate_run(config, llm, workers=1)
+
+    def put(i: int, spec: str, tokens: int, status: str = "ok", model: str = "fake") -> None:
+        llm.cache.put(CallRecord(key=f"k{i}", status=status, spec=spec, provider="fake", model=model, request="[]",
+                                 output_tokens=tokens))
+
+    for i in range(MIN_MEASURED - 1):
+        put(i, BEAT.name, 400)
+    put(10, BEAT.name, 1000, status="failed")  # a failed call's asks cost tokens too
+    put(11, QUERY.name, 999)                     # too few query calls to trust
+    put(12, BEAT.name, 10**6, model="other")     # another model's calls do not count
+    sizes = call_tokens(config, llm)
+    assert sizes["beat"] == (400 * (MIN_MEASURED - 1) + 1000) / MIN_MEASURED
+    assert sizes["query"] == OUTPUT_TOKENS["query"]
+    assert sizes["filler"] == OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
+    assert estimate_run(config, llm, workers=1).output_tokens > before.output_tokens
