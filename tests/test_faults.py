@@ -58,10 +58,13 @@ def injected(monkeypatch) -> collections.Counter:
 
 
 def spec_for(root: Path, llm: str, *, n: int = 2) -> RunSpec:
-    """A smoke run with short timeouts and backoff, so injected timeouts cost little."""
+    """A smoke run with short timeouts and backoff, so injected timeouts cost little; budgets of 1,500 and
+    3,000 tokens (more filler calls than smoke's own) so that every fault rate is hit."""
     settings = LLMSettings(llm=llm, cache_path=root / "cache" / "llm.sqlite", timeout_s=0.3, backoff_s=0.01,
                            backoff_max_s=0.05)
-    return RunSpec(config=load_config("smoke", n_personas=n, seed=11), llm=settings, outputs=root / "out")
+    config = load_config("smoke", n_personas=n, seed=11)
+    config = config.model_copy(update={"assembly": config.assembly.model_copy(update={"budgets": [1500, 3000]})})
+    return RunSpec(config=config, llm=settings, outputs=root / "out")
 
 
 def table_bytes(version: Path) -> dict[str, bytes]:
@@ -113,7 +116,7 @@ def test_loopback_server_faults_are_retried(harness, tmp_path, monkeypatch):
 
     with OpenAIServer(retry_after_s=0.05, slow_s=2.0) as server:
         for index, fault in enumerate(["rate_limit", "server_error", "malformed", "length", "slow"] * 4):
-            server.schedule(3 + 7 * index, fault)
+            server.schedule(3 + 5 * index, fault)  # all 20 within the ~108 requests of one persona
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-loopback")
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         version = run_generate(spec_for(tmp_path, "openai:test-model", n=1), workers=2)
