@@ -3,22 +3,24 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from pydantic import BaseModel
 
 from pipeline.beats import plan_sessions
-from pipeline.llm import LLM
+from pipeline.llm import LLM, call_label
 from pipeline.plan import build_plan
 from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SMALL_TALK
 from schemas.config import RunConfig
+from schemas.drafts import inventory_draft, small_talk_draft
 from schemas.query import QUERY_TYPES
+from schemas.query_drafts import query_draft
 
-# Typical generated tokens per call of each kind (small talk and filler: per exchange), used until the
-# cache holds MIN_MEASURED calls of a kind from this model. Measured on SmolLM2-135M in a smoke run
-# (re-asks and failed calls included); an instruction-tuned API model writes similar sizes.
-OUTPUT_TOKENS = {"profile": 100, "inventory": 80, "narration": 190, "beat": 180, "small_talk": 140, "query": 165}
-SPEC_OF_KIND = {"profile": PROFILE.name, "inventory": INVENTORY.name, "narration": NARRATION.name, "beat": BEAT.name,
-                "small_talk": SMALL_TALK.name, "query": QUERY.name, "filler": FILLER.name}
+# Typical generated tokens per call of each kind (inventory: per item; small talk and filler: per
+# exchange), used until the cache holds MIN_MEASURED calls of a kind from this model. Measured on
+# SmolLM2-135M in smoke and default runs, re-asks and failed calls included (inventory 82 tokens for 4
+# items, 209 for 10; filler 275 for 2 exchanges, 470 for 4).
+OUTPUT_TOKENS = {"profile": 100, "inventory": 21, "narration": 190, "beat": 180, "small_talk": 130, "query": 165}
 MIN_MEASURED = 3
 PROMPT_SPEEDUP = 8.0  # prompt tokens are processed this many times faster than tokens are generated
 
@@ -78,16 +80,34 @@ def probe_speed(llm: LLM) -> float | None:
     return record.output_tokens / record.latency_s
 
 
+def call_labels(config: RunConfig) -> dict[str, str]:
+    """The cache label of each kind of call this config makes (`pipeline.llm.call_label`); narration's
+    output size varies per event, so it is matched by spec name alone."""
+    return {
+        "profile": call_label(PROFILE), "beat": call_label(BEAT), "narration": f"{NARRATION.name}/",
+        "inventory": call_label(replace(INVENTORY, output=inventory_draft(config.text.inventory_size))),
+        "small_talk": call_label(replace(SMALL_TALK, output=small_talk_draft(max(1, config.text.small_talk_exchanges)))),
+        "filler": call_label(replace(FILLER, output=small_talk_draft(config.text.filler_exchanges))),
+        "query": call_label(replace(QUERY, output=query_draft(config.queries.n_options))),
+    }
+
+
 def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
     """Generated tokens per call of each kind: this model's mean in the cache (re-asks and failed calls
-    included) once it holds ``MIN_MEASURED`` calls of the kind, else the typical size. Small talk and
-    filler calls are measured per call; their typical sizes scale with the configured exchanges."""
-    typical = dict(OUTPUT_TOKENS)
-    typical["small_talk"] = OUTPUT_TOKENS["small_talk"] * max(1, config.text.small_talk_exchanges)
-    typical["filler"] = OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
+    included) over calls of the same size (10-item inventories, 4-exchange filler) once it holds
+    ``MIN_MEASURED`` of them, else the typical size (scaled by the configured items or exchanges)."""
+    sizes = dict(OUTPUT_TOKENS)
+    sizes["inventory"] = OUTPUT_TOKENS["inventory"] * config.text.inventory_size
+    sizes["small_talk"] = OUTPUT_TOKENS["small_talk"] * max(1, config.text.small_talk_exchanges)
+    sizes["filler"] = OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
     measured = llm.cache.tokens_by_spec(llm.backend.provider, llm.backend.model)
-    return {kind: measured[SPEC_OF_KIND[kind]][1] if measured.get(SPEC_OF_KIND[kind], (0, 0))[0] >= MIN_MEASURED
-            else size for kind, size in typical.items()}
+    for kind, label in call_labels(config).items():
+        rows = [(n, mean) for spec, (n, mean) in measured.items() if spec == label or
+                (label.endswith("/") and spec.startswith(label))]
+        calls = sum(n for n, _ in rows)
+        if calls >= MIN_MEASURED:
+            sizes[kind] = sum(n * mean for n, mean in rows) / calls
+    return sizes
 
 
 def filler_calls(config: RunConfig, counts: dict[str, float], sizes: dict[str, float]) -> int:

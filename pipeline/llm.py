@@ -331,7 +331,7 @@ class LLM:
 
     def _store(self, spec, request, reply, output, count, started) -> None:
         self.cache.put(CallRecord(
-            key=request.key, status="ok", spec=spec.name, provider=self.backend.provider,
+            key=request.key, status="ok", spec=call_label(spec), provider=self.backend.provider,
             model=self.backend.model, request=json.dumps(request.messages), raw=reply.text,
             output=output.model_dump_json(), finish_reason=reply.finish_reason,
             input_tokens=count.input_tokens, output_tokens=count.output_tokens,
@@ -340,12 +340,19 @@ class LLM:
 
     def _store_failure(self, spec, request, reply, error, count, started) -> None:
         self.cache.put(CallRecord(
-            key=request.key, status="failed", spec=spec.name, provider=self.backend.provider,
+            key=request.key, status="failed", spec=call_label(spec), provider=self.backend.provider,
             model=self.backend.model, request=json.dumps(request.messages), raw=reply.text if reply else None,
             finish_reason=reply.finish_reason if reply else None, input_tokens=count.input_tokens,
             output_tokens=count.output_tokens, latency_s=time.monotonic() - started,
             attempts=count.backend_calls, error=str(error),
         ))
+
+
+def call_label(spec: PromptSpec) -> str:
+    """What the cache records as a call's spec: its name and output model, e.g.
+    ``expand_persona.inventory/InventoryDraft10`` (sized outputs carry their size, so the plan can tell
+    a 10-item inventory call from a 4-item one)."""
+    return f"{spec.name}/{spec.output.__name__}"
 
 
 def listen(listener: Callable[[str, TokenCount], None]) -> Callable[[], None]:

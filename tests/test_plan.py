@@ -112,13 +112,14 @@ def test_progress_display_counts_model_calls_against_the_plan(tmp_path):
 
 def test_plan_sizes_calls_from_this_models_cache_once_it_holds_enough_of_a_kind(tmp_path):
     from pipeline.config import load_config
-    from pipeline.estimate import MIN_MEASURED, OUTPUT_TOKENS, call_tokens, estimate_run
+    from pipeline.estimate import MIN_MEASURED, OUTPUT_TOKENS, call_labels, call_tokens, estimate_run
     from pipeline.llm import LLM
     from pipeline.llm_cache import CallRecord
-    from pipeline.specs import BEAT, QUERY
     from schemas.llm import LLMSettings
 
     config = load_config("smoke", n_personas=2)
+    labels = call_labels(config)
+    assert labels["inventory"] == f"expand_persona.inventory/InventoryDraft{config.text.inventory_size}"
     llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "llm.sqlite"))
     assert call_tokens(config, llm)["beat"] == OUTPUT_TOKENS["beat"]
     before = estimate_run(config, llm, workers=1)
@@ -128,12 +129,31 @@ def test_plan_sizes_calls_from_this_models_cache_once_it_holds_enough_of_a_kind(
                                  output_tokens=tokens))
 
     for i in range(MIN_MEASURED - 1):
-        put(i, BEAT.name, 400)
-    put(10, BEAT.name, 1000, status="failed")  # a failed call's asks cost tokens too
-    put(11, QUERY.name, 999)                     # too few query calls to trust
-    put(12, BEAT.name, 10**6, model="other")     # another model's calls do not count
+        put(i, labels["beat"], 400)
+    put(10, labels["beat"], 1000, status="failed")  # a failed call's asks cost tokens too
+    put(11, labels["query"], 999)                      # too few query calls to trust
+    put(12, labels["beat"], 10**6, model="other")      # another model's calls do not count
+    for i in range(MIN_MEASURED):
+        put(20 + i, "expand_persona.inventory/InventoryDraft10", 5000)  # another profile's inventory size
+        put(30 + i, f"narrate_events.narrative/NarrationDraft{i + 1}", 100 * (i + 1))  # any size of narration
     sizes = call_tokens(config, llm)
     assert sizes["beat"] == (400 * (MIN_MEASURED - 1) + 1000) / MIN_MEASURED
     assert sizes["query"] == OUTPUT_TOKENS["query"]
+    assert sizes["inventory"] == OUTPUT_TOKENS["inventory"] * config.text.inventory_size
+    assert sizes["narration"] == sum(100 * (i + 1) for i in range(MIN_MEASURED)) / MIN_MEASURED
     assert sizes["filler"] == OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
     assert estimate_run(config, llm, workers=1).output_tokens > before.output_tokens
+
+
+def test_the_cache_labels_each_call_with_its_spec_and_output_size(tmp_path):
+    from dataclasses import replace
+
+    from pipeline.llm import call_label
+    from schemas.drafts import small_talk_draft
+    from tests.support.llm_helpers import SPEC, TopicContext, fake_llm
+
+    llm, _ = fake_llm(tmp_path)
+    llm.generate(SPEC, TopicContext(name="Ada", topic="tea"))
+    (label,) = llm.cache.tokens_by_spec("fake", llm.backend.model)
+    assert label == call_label(SPEC) == f"{SPEC.name}/TopicNote"
+    assert call_label(replace(SPEC, output=small_talk_draft(4))).endswith("/SmallTalkDraft4")
