@@ -22,6 +22,10 @@ from schemas.query_drafts import query_draft
 # items, 209 for 10; filler 275 for 2 exchanges, 470 for 4).
 OUTPUT_TOKENS = {"profile": 100, "inventory": 21, "narration": 190, "beat": 180, "small_talk": 130, "query": 165}
 MIN_MEASURED = 3
+# Calls per planned item before the cache holds a measure of this model's own: SmolLM2-135M (the
+# embedded default) needed 2.7 samples a beat and 1.9 a query in one default-profile persona; other
+# backends start at 1.
+TYPICAL_ATTEMPTS = {"local": {"beat": 2.7, "query": 1.9}}
 PROMPT_SPEEDUP = 8.0  # prompt tokens are processed this many times faster than tokens are generated
 
 
@@ -110,6 +114,31 @@ def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
     return sizes
 
 
+def attempts_per_item(config: RunConfig, llm: LLM) -> dict[str, float]:
+    """Model calls per planned item of each kind: a stage asks again with a new sample index when code
+    rejects a reply (a beat that does not voice its fact, a query that fails a gate), up to its
+    ``attempts``. Measured in this model's cache as calls per distinct first ask, once it holds
+    ``MIN_MEASURED`` items of the kind; else the backend's typical figure (`TYPICAL_ATTEMPTS`), or 1.
+    Never more than this run's own ``attempts``."""
+    import json
+
+    from pipeline.llm import first_ask
+
+    labels = call_labels(config)
+    rows: dict[str, list[str]] = {kind: [] for kind in labels}
+    for spec, request in llm.cache.requests_by_spec(llm.backend.provider, llm.backend.model):
+        for kind, label in labels.items():
+            if spec == label or (label.endswith("/") and spec.startswith(label)):
+                rows[kind].append(request)
+    factors = {}
+    for kind, requests in rows.items():
+        items = {json.dumps(first_ask(json.loads(r)), sort_keys=True) for r in requests}
+        limit = config.queries.attempts if kind == "query" else config.text.attempts  # this run's own limit
+        typical = TYPICAL_ATTEMPTS.get(llm.backend.provider, {}).get(kind, 1.0)
+        factors[kind] = min(len(requests) / len(items) if len(items) >= MIN_MEASURED else typical, limit)
+    return factors
+
+
 def filler_calls(config: RunConfig, counts: dict[str, float], sizes: dict[str, float]) -> int:
     """Filler sessions the run will write: the configured pool, or more when the largest budget needs more
     filler than that pool holds (the run tops the pool up until it can fill every context)."""
@@ -122,6 +151,9 @@ def filler_calls(config: RunConfig, counts: dict[str, float], sizes: dict[str, f
 def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
     """Sizes from the plan, tokens per call as measured on this model (else typical), time from its measured speed."""
     counts = per_persona_counts(config)
+    for kind, factor in attempts_per_item(config, llm).items():
+        if kind in counts:
+            counts[kind] *= factor
     sizes = call_tokens(config, llm)
     n = config.n_personas
     filler = filler_calls(config, counts, sizes)

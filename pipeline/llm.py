@@ -355,6 +355,17 @@ def call_label(spec: PromptSpec) -> str:
     return f"{spec.name}/{spec.output.__name__}"
 
 
+def first_ask(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The messages of a call's first ask, from those of any later ask (`_reasked`, `_resampled`)."""
+    if any(m["role"] == "assistant" for m in messages):
+        messages = messages[:next(i for i, m in enumerate(messages) if m["role"] == "assistant")]
+    note = "\n\n" + RESAMPLE.split("{problem}")[0]
+    last = messages[-1]["content"] if messages else ""
+    if note in last:
+        messages = [*messages[:-1], {**messages[-1], "content": last[:last.index(note)]}]
+    return messages
+
+
 def listen(listener: Callable[[str, TokenCount], None]) -> Callable[[], None]:
     """Call ``listener(stage, count)`` for every call any gateway in this process finishes; returns the
     function that stops it. Listeners must be quick and thread-safe (calls finish on the gateway loop)."""

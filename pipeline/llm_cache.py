@@ -126,6 +126,12 @@ class LLMCache:
         with self._lock:
             return {spec: (int(n), float(mean)) for spec, n, mean in self._db.execute(sql, (provider, model))}
 
+    def requests_by_spec(self, provider: str, model: str, limit: int = 20_000) -> list[tuple[str, str]]:
+        """(spec, request messages JSON) of the latest calls to one model, newest first."""
+        sql = "SELECT spec, request FROM calls WHERE provider = ? AND model = ? ORDER BY created_at DESC LIMIT ?"
+        with self._lock:
+            return list(self._db.execute(sql, (provider, model, limit)))
+
     def count(self, status: str | None = None) -> int:
         """Number of stored records, optionally of one status."""
         sql, args = "SELECT COUNT(*) FROM calls", ()

@@ -157,3 +157,36 @@ def test_the_cache_labels_each_call_with_its_spec_and_output_size(tmp_path):
     (label,) = llm.cache.tokens_by_spec("fake", llm.backend.model)
     assert label == call_label(SPEC) == f"{SPEC.name}/TopicNote"
     assert call_label(replace(SPEC, output=small_talk_draft(4))).endswith("/SmallTalkDraft4")
+
+
+def test_plan_counts_the_calls_a_stage_makes_again_after_code_rejects_a_reply(tmp_path):
+    import json
+
+    from pipeline.config import load_config
+    from pipeline.estimate import attempts_per_item, call_labels, estimate_run
+    from pipeline.llm import LLM, RESAMPLE, first_ask
+    from pipeline.llm_cache import CallRecord
+    from schemas.llm import LLMSettings
+
+    ask = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    assert first_ask([*ask, {"role": "assistant", "content": "bad"}, {"role": "user", "content": "again"}]) == ask
+    resampled = [ask[0], {"role": "user", "content": "u\n\n" + RESAMPLE.format(problem="too long")}]
+    assert first_ask(resampled) == ask
+
+    config = load_config("default", n_personas=2)
+    llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "llm.sqlite"))
+    before = estimate_run(config, llm, workers=1)
+    label, n = call_labels(config)["beat"], 0
+    for beat in range(4):  # 4 beats: 3 samples each, one of them re-asked (a resampled request)
+        messages = [{"role": "system", "content": "s"}, {"role": "user", "content": f"beat {beat}"}]
+        for sample in range(3):
+            stored = [messages[0], {"role": "user", "content": messages[1]["content"] + "\n\n" + RESAMPLE.format(
+                problem="x")}] if sample == 1 else messages
+            llm.cache.put(CallRecord(key=f"k{n}", status="ok", spec=label, provider="fake", model="fake",
+                                     request=json.dumps(stored), output_tokens=100))
+            n += 1
+    factors = attempts_per_item(config, llm)
+    assert factors["beat"] == 3.0 and factors["query"] == 1.0
+    assert attempts_per_item(config.model_copy(update={"text": config.text.model_copy(update={"attempts": 2})}),
+                             llm)["beat"] == 2.0  # never more than the run's own attempts
+    assert estimate_run(config, llm, workers=1).llm_calls > before.llm_calls
