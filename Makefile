@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-install: $(STAMP) ## create .venv and install personagen with its dev extras (first time ~5 min: builds llama.cpp)
+install: $(STAMP) ## create .venv and install personagen with its dev extras (first time 5-8 min: builds llama.cpp)
 
 test: $(STAMP) ## run the fast test suite (sets itself up on a fresh machine)
 	$(PY) -m pytest -m 'not slow'
