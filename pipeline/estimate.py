@@ -96,6 +96,11 @@ def call_labels(config: RunConfig) -> dict[str, str]:
     }
 
 
+def _labelled(spec: str, label: str) -> bool:
+    """Whether a cache row's spec is a call of this label (a label ending in "/" matches any output size)."""
+    return spec == label or (label.endswith("/") and spec.startswith(label))
+
+
 def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
     """Generated tokens per call of each kind: this model's mean in the cache (re-asks and failed calls
     included) over calls of the same size (10-item inventories, 4-exchange filler) once it holds
@@ -106,8 +111,7 @@ def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
     sizes["filler"] = OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
     measured = llm.cache.tokens_by_spec(llm.backend.provider, llm.backend.model)
     for kind, label in call_labels(config).items():
-        rows = [(n, mean) for spec, (n, mean) in measured.items() if spec == label or
-                (label.endswith("/") and spec.startswith(label))]
+        rows = [(n, mean) for spec, (n, mean) in measured.items() if _labelled(spec, label)]
         calls = sum(n for n, _ in rows)
         if calls >= MIN_MEASURED:
             sizes[kind] = sum(n * mean for n, mean in rows) / calls
@@ -128,7 +132,7 @@ def attempts_per_item(config: RunConfig, llm: LLM) -> dict[str, float]:
     rows: dict[str, list[str]] = {kind: [] for kind in labels}
     for spec, request in llm.cache.requests_by_spec(llm.backend.provider, llm.backend.model):
         for kind, label in labels.items():
-            if spec == label or (label.endswith("/") and spec.startswith(label)):
+            if _labelled(spec, label):
                 rows[kind].append(request)
     factors = {}
     for kind, requests in rows.items():

@@ -401,7 +401,7 @@ def _reasked(request: BackendRequest, reply: BackendReply, problem: str, ask: in
 def _resampled(request: BackendRequest, problem: str, ask: int) -> BackendRequest:
     """The original request, the reason added to its last message and a new seed: a fresh sample for
     backends whose rejected replies only mislead the next ask (a small local model copies its own loop)."""
-    messages = [dict(m) for m in request.messages]
+    messages = [dict(m) for m in first_ask(request.messages)]  # one note, the latest, however many asks
     messages[-1]["content"] = f"{messages[-1]['content']}\n\n{RESAMPLE.format(problem=problem)}"
     return replace(request, messages=messages, seed=request.seed + 1000 * ask, attempt=100 * ask)
 

@@ -248,3 +248,13 @@ def test_a_stopping_run_makes_no_more_model_calls(tmp_path):
     finally:
         llm.runtime.resume()
     assert backend.calls == 0
+
+
+def test_each_fresh_sample_carries_only_the_latest_reason(tmp_path):
+    llm, backend = fake_llm(tmp_path, "truncation=@0&malformed_json=@1", reask=2)
+    backend.reask_with_reply = False
+    assert isinstance(llm.generate(SPEC, ADA), TopicNote)
+    first, _, third = backend.requests
+    assert third.messages[-1]["content"].count("An earlier answer") == 1
+    assert "not valid JSON" in third.messages[-1]["content"]
+    assert third.messages[-1]["content"].startswith(first.messages[-1]["content"])
