@@ -44,7 +44,7 @@ class RichReporter:
 
     def call_done(self, stage: str, count) -> None:
         """A gateway listener: one finished call (cached or not)."""
-        if self.calls is None or stage == "estimate":
+        if self.calls is None:
             return
         task = self.progress.tasks[self.calls]
         if task.completed + count.calls > task.total:  # more calls than planned: keep the bar honest

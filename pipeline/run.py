@@ -15,6 +15,7 @@ from pipeline.assemble_contexts import assemble_all
 from pipeline.checkpoint import Checkpoints, PersonaResult, run_fingerprint
 from pipeline.dataset import publish
 from pipeline.errors import UserError
+from pipeline.estimate import OUTPUT_TOKENS
 from pipeline.filler import filter_filler, write_filler_pool
 from pipeline.generate_queries import generate_queries
 from pipeline.llm import LLM
@@ -117,7 +118,6 @@ def filler_job(spec: RunSpec) -> tuple[list[SessionWithTurns], UsageSummary]:
 
 
 FILLER_BATCH_MAX = 64  # most filler calls one top-up round asks for
-FILLER_TOKENS_PER_EXCHANGE = 150  # a first guess at one filler exchange's size, before any is written
 
 
 def filler_need(config: RunConfig, own_tokens: list[int]) -> int:
@@ -132,7 +132,8 @@ def top_up_size(shortfall: int, kept: list[SessionWithTurns], config: RunConfig)
     """Filler calls for one top-up round: the shortfall over the mean kept session, a quarter more for
     calls that fail or name a dataset item; at least 1, at most ``FILLER_BATCH_MAX``."""
     sizes = [s.session.n_tokens for s in kept]
-    per_session = sum(sizes) / len(sizes) if sizes else FILLER_TOKENS_PER_EXCHANGE * config.text.filler_exchanges
+    # before any session is kept, the plan's typical exchange size (pipeline.estimate) is the guess
+    per_session = sum(sizes) / len(sizes) if sizes else OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
     return max(1, min(FILLER_BATCH_MAX, math.ceil(1.25 * shortfall / max(per_session, 1.0))))
 
 
