@@ -32,7 +32,7 @@ def run() -> list[dict]:
     from prefect.testing.utilities import prefect_test_harness
 
     from pipeline.config import load_config
-    from pipeline.run import RunSpec
+    from pipeline.run.jobs import RunSpec
     from schemas.llm import LLMSettings
 
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")

@@ -19,7 +19,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from pipeline.llm import LLM  # noqa: E402
-from pipeline.llm_local import LocalBackend  # noqa: E402
+from pipeline.llm.local import LocalBackend  # noqa: E402
 from pipeline.specs import PING  # noqa: E402
 from schemas.llm import LLMSettings, PingContext  # noqa: E402
 

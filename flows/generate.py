@@ -13,9 +13,9 @@ from prefect.utilities.annotations import quote
 
 from flows.progress import current_reporter
 from pipeline.errors import UserError
-from pipeline.llm_errors import ConfigError
-from pipeline.llm_limits import Runtime
-from pipeline.run import (
+from pipeline.llm.errors import ConfigError
+from pipeline.llm.limits import Runtime
+from pipeline.run.jobs import (
     JobResult,
     RunSpec,
     check_failures,

@@ -12,9 +12,9 @@ from pydantic import BaseModel, Field
 
 from pipeline.beats import topic_label
 from pipeline.llm import LLM
-from pipeline.query_facts import Facts
-from pipeline.query_gates import GATES, code_wording, judge_hits, structural_problems, wording_problem
-from pipeline.query_plan import QueryPlan, persona_facts, plan_queries
+from pipeline.queries.facts import Facts
+from pipeline.queries.gates import GATES, code_wording, judge_hits, structural_problems, wording_problem
+from pipeline.queries.plan import QueryPlan, persona_facts, plan_queries
 from pipeline.rng import derive_rng
 from pipeline.specs import QUERY
 from schemas.config import QuerySettings, RunConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.answer_parse import parse_answer
+from pipeline.evaluation.answer_parse import parse_answer
 
 OPTIONS = [
     "Try the new ramen place downtown",

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-from pipeline.cli import app
+from pipeline.cli.app import app
 
 REPO = Path(__file__).resolve().parents[1]
 TWO_PERIODS = "periods:\n  - {name: INIT, offset_days: 0}\n  - {name: MONTH, offset_days: 30}\n"

@@ -10,8 +10,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.dataset import load
-from pipeline.eval_summary import EvalRow, accuracy, bootstrap_ci, distance_bucket
-from pipeline.evaluate import (
+from pipeline.evaluation.summary import EvalRow, accuracy, bootstrap_ci, distance_bucket
+from pipeline.evaluation.evaluate import (
     EvalSettings,
     default_window,
     evaluate,
@@ -156,7 +156,7 @@ def test_baselines_are_computed_without_a_model(tmp_path, version):
 
 
 def render(summary) -> str:
-    from pipeline.eval_summary import render_markdown
+    from pipeline.evaluation.summary import render_markdown
 
     return render_markdown(summary)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.evaluate import AnswerKey
+from pipeline.evaluation.evaluate import AnswerKey
 from pipeline.llm import LLM, CacheMiss, CallFailed, ConfigError
-from pipeline.llm_fake import FaultPlan
+from pipeline.llm.fake import FaultPlan
 from schemas.llm import LLMSettings
 from tests.support.openai_server import OpenAIServer
 

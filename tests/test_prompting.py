@@ -10,7 +10,7 @@ from jinja2.sandbox import SecurityError
 from pydantic import BaseModel
 from typer.testing import CliRunner
 
-from pipeline.cli_prompts import prompts_app
+from pipeline.cli.prompts import prompts_app
 from pipeline.prompting import PromptEnv, PromptSpec, check_specs
 from pipeline.specs import ALL_SPECS, PING
 from schemas.llm import PingContext

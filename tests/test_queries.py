@@ -13,19 +13,19 @@ from typer.testing import CliRunner
 
 import pipeline.generate_queries as gq
 from pipeline.baselines import baseline_report, lexical_overlap_accuracy, longest_option_accuracy
-from pipeline.cli import app
+from pipeline.cli.app import app
 from pipeline.config import load_config
 from pipeline.generate_queries import QueryStats, generate_queries
 from pipeline.llm import LLM
-from pipeline.persona_text import build_persona_text
-from pipeline.query_gates import (
+from pipeline.run.persona_text import build_persona_text
+from pipeline.queries.gates import (
     code_wording,
     length_problem,
     overlap_problem,
     structural_problems,
     wording_problem,
 )
-from pipeline.query_plan import balanced_positions, persona_facts, plan_queries
+from pipeline.queries.plan import balanced_positions, persona_facts, plan_queries
 from pipeline.rng import derive_rng
 from pipeline.sample_personas import sample_personas
 from pipeline.tokens import count_tokens

@@ -12,12 +12,12 @@ import pytest
 from PIL import Image
 from typer.testing import CliRunner
 
-from pipeline.cli import app
+from pipeline.cli.app import app
 from pipeline.dataset import load
-from pipeline.eval_summary import publish_artifact
-from pipeline.evaluate import EvalSettings, run_eval
+from pipeline.evaluation.summary import publish_artifact
+from pipeline.evaluation.evaluate import EvalSettings, run_eval
 from pipeline.llm import LLM
-from pipeline.report import build_report, focus_persona
+from pipeline.reporting.report import build_report, focus_persona
 from schemas.llm import LLMSettings
 from tests.support.eval_data import publish_tiny
 

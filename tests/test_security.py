@@ -15,10 +15,10 @@ import jinja2
 import pytest
 from pydantic import BaseModel
 
-import pipeline.llm_fake
+import pipeline.llm.fake
 from pipeline.config import load_config
 from pipeline.prompting import PromptEnv, PromptSpec
-from pipeline.run import RunSpec, persona_job
+from pipeline.run.jobs import RunSpec, persona_job
 from pipeline.sample_personas import sample_personas
 from schemas.llm import LLMSettings
 
@@ -40,7 +40,7 @@ def hostile_model(monkeypatch) -> None:
         data = {k: f"{v} {' '.join(HOSTILE)}" for k, v in data.items()}
         return reply.model_copy(update={"text": json.dumps(data)})
 
-    monkeypatch.setattr(pipeline.llm_fake, "_apply", hostile)
+    monkeypatch.setattr(pipeline.llm.fake, "_apply", hostile)
 
 
 def test_hostile_persona_and_model_text_stay_literal(tmp_path, hostile_model):

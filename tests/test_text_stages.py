@@ -12,7 +12,7 @@ from pipeline.expand_persona import clean_items, profile_problem
 from pipeline.filler import filter_filler, write_filler_pool
 from pipeline.llm import LLM
 from pipeline.narrate_events import apply_narrations, effects_of
-from pipeline.persona_text import build_persona_text
+from pipeline.run.persona_text import build_persona_text
 from pipeline.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.drafts import ProfileDraft, narration_draft

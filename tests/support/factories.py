@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel
 
 from pipeline.periods import period_windows
-from pipeline.plan import build_plan
+from pipeline.run.plan import build_plan
 from pipeline.rng import derive_rng
 from schemas.config import Period, RunConfig, TimelineSettings
 from schemas.context import AssemblySettings

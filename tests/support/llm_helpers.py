@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.llm import LLM
-from pipeline.llm_fake import FakeBackend, FaultPlan
+from pipeline.llm.fake import FakeBackend, FaultPlan
 from pipeline.prompting import PromptEnv, PromptSpec
 from schemas.llm import LLMSettings
 

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from http import HTTPStatus
 from typing import Literal
 
-from pipeline.llm_fake import SchemaFaker
+from pipeline.llm.fake import SchemaFaker
 
 ServerFault = Literal["rate_limit", "server_error", "malformed", "length", "slow"]
 

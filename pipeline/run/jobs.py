@@ -12,15 +12,15 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.assemble_contexts import assemble_all
-from pipeline.checkpoint import Checkpoints, PersonaResult, run_fingerprint
+from pipeline.run.checkpoint import Checkpoints, PersonaResult, run_fingerprint
 from pipeline.dataset import publish
 from pipeline.errors import UserError
-from pipeline.estimate import OUTPUT_TOKENS
+from pipeline.run.estimate import OUTPUT_TOKENS
 from pipeline.filler import filter_filler, write_filler_pool
 from pipeline.generate_queries import generate_queries
 from pipeline.llm import LLM
-from pipeline.llm_backends import make_backend, resolve_backend_string
-from pipeline.persona_text import build_persona_text
+from pipeline.llm.backends import make_backend, resolve_backend_string
+from pipeline.run.persona_text import build_persona_text
 from pipeline.prompting import PromptEnv
 from pipeline.specs import ALL_SPECS
 from schemas.config import RunConfig
@@ -132,7 +132,7 @@ def top_up_size(shortfall: int, kept: list[SessionWithTurns], config: RunConfig)
     """Filler calls for one top-up round: the shortfall over the mean kept session, a quarter more for
     calls that fail or name a dataset item; at least 1, at most ``FILLER_BATCH_MAX``."""
     sizes = [s.session.n_tokens for s in kept]
-    # before any session is kept, the plan's typical exchange size (pipeline.estimate) is the guess
+    # before any session is kept, the plan's typical exchange size (pipeline.run.estimate) is the guess
     per_session = sum(sizes) / len(sizes) if sizes else OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
     return max(1, min(FILLER_BATCH_MAX, math.ceil(1.25 * shortfall / max(per_session, 1.0))))
 

@@ -13,7 +13,7 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-from pipeline.query_facts import Facts
+from pipeline.queries.facts import Facts
 from schemas.query import OptionRole
 from schemas.timeline import PreferenceVersion
 

@@ -17,8 +17,8 @@ from dataclasses import replace
 from pipeline.baselines import content_words
 from pipeline.beats import mentions
 from pipeline.llm import LLM, LLMError
-from pipeline.query_facts import Facts
-from pipeline.query_plan import QueryPlan
+from pipeline.queries.facts import Facts
+from pipeline.queries.plan import QueryPlan
 from pipeline.specs import QUERY_JUDGE
 from pipeline.tokens import count_tokens
 from schemas.config import QuerySettings

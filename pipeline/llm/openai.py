@@ -13,8 +13,8 @@ import openai
 from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 
-from pipeline.llm_backends import BackendReply, BackendRequest
-from pipeline.llm_errors import CallFailed, ConfigError, RateLimited, TransientError
+from pipeline.llm.backends import BackendReply, BackendRequest
+from pipeline.llm.errors import CallFailed, ConfigError, RateLimited, TransientError
 from schemas.llm import LLMSettings
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"

@@ -8,7 +8,7 @@ from typing import Protocol
 
 from pydantic import BaseModel
 
-from pipeline.llm_errors import ConfigError
+from pipeline.llm.errors import ConfigError
 from schemas.llm import LLMSettings
 
 DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
@@ -73,15 +73,15 @@ def make_backend(spec: str, settings: LLMSettings) -> Backend:
     """Build the backend a backend string names; unknown strings raise ConfigError."""
     kind, _, rest = spec.partition(":")
     if spec == "fake" or spec.startswith("fake?"):
-        from pipeline.llm_fake import FakeBackend, FaultPlan
+        from pipeline.llm.fake import FakeBackend, FaultPlan
 
         return FakeBackend(FaultPlan.parse(spec.partition("?")[2]))
     if kind == "openai" and rest:
-        from pipeline.llm_openai import OpenAIBackend
+        from pipeline.llm.openai import OpenAIBackend
 
         return OpenAIBackend(rest, settings)
     if kind == "local":
-        from pipeline.llm_local import LocalBackend
+        from pipeline.llm.local import LocalBackend
 
         return LocalBackend(rest or None, settings)
     raise ConfigError(f"unknown LLM backend {spec!r}; use 'openai:<model>', 'local', 'local:<path.gguf>' or 'fake'")

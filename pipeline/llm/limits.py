@@ -11,7 +11,7 @@ from collections.abc import Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, ClassVar, TypeVar
 
-from pipeline.llm_errors import Interrupted
+from pipeline.llm.errors import Interrupted
 
 T = TypeVar("T")
 

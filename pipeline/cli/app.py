@@ -35,7 +35,7 @@ def plan(
 ) -> None:
     """Seed personas and simulate their timelines (no model); write Parquet and print statistics."""
     from pipeline.dataset import write_tables
-    from pipeline.plan import build_plan, plan_stats
+    from pipeline.run.plan import build_plan, plan_stats
 
     started = time.perf_counter()
     try:
@@ -77,7 +77,7 @@ def show(
     plan_dir: Annotated[Path, typer.Option("--plan", help="folder written by `personagen plan`")] = Path("outputs/plan"),
 ) -> None:
     """Print one persona's timeline as a dated tree: what changed, why, caused by what."""
-    from pipeline.show import load_persona_timeline, timeline_tree
+    from pipeline.reporting.show import load_persona_timeline, timeline_tree
 
     try:
         persona, timeline = load_persona_timeline(plan_dir, persona_id)
@@ -86,13 +86,13 @@ def show(
     console.print(timeline_tree(persona, timeline))
 
 
-from pipeline.cli_dataset import export_app, inspect, prune  # noqa: E402
+from pipeline.cli.dataset import export_app, inspect, prune  # noqa: E402
 
 app.add_typer(export_app, name="export")
 app.command()(inspect)
 app.command()(prune)
 
-from pipeline.cli_prompts import prompts_app  # noqa: E402
+from pipeline.cli.prompts import prompts_app  # noqa: E402
 
 app.add_typer(prompts_app, name="prompts")
 
@@ -107,7 +107,7 @@ def text(
     cache: Annotated[Path, typer.Option(help="LLM response cache")] = Path("outputs/.cache/llm.sqlite"),
 ) -> None:
     """Run the text stages (profile, timeline, narratives, sessions, filler) and write their tables."""
-    from pipeline.text_run import run_text_stages
+    from pipeline.run.text import run_text_stages
 
     try:
         config = load_config(profile, n_personas=n, seed=seed)
@@ -117,17 +117,17 @@ def text(
     console.print(report)
 
 
-from pipeline.cli_generate import generate  # noqa: E402
+from pipeline.cli.generate import generate  # noqa: E402
 
 app.command()(generate)
 
 
-from pipeline.cli_queries import queries  # noqa: E402
+from pipeline.cli.queries import queries  # noqa: E402
 
 app.command()(queries)
 
 
-from pipeline.cli_eval import eval_command, report_command  # noqa: E402
+from pipeline.cli.eval import eval_command, report_command  # noqa: E402
 
 app.command("eval")(eval_command)
 app.command("report")(report_command)

@@ -51,7 +51,7 @@ def eval_command(
 ) -> None:
     """Ask a model every placed query (PersonaMem's multiple-choice protocol); write <version>/evals/<name>/."""
     from pipeline.dataset import resolve
-    from pipeline.evaluate import EvalSettings, run_eval
+    from pipeline.evaluation.evaluate import EvalSettings, run_eval
 
     try:
         if mode not in ("mcq", "no-context"):
@@ -74,7 +74,7 @@ def _gateway(llm: str | None, *, window: int | None, max_tokens: int, temperatur
              cache: Path):
     """The gateway for an eval; the embedded model's n_ctx follows --window so the window is real."""
     from pipeline.llm import LLM
-    from pipeline.llm_backends import resolve_backend_string
+    from pipeline.llm.backends import resolve_backend_string
     from schemas.llm import LLMSettings
 
     values = {"llm": llm, "max_tokens": max_tokens, "temperature": temperature, "max_concurrency": concurrency,
@@ -89,7 +89,7 @@ def _gateway(llm: str | None, *, window: int | None, max_tokens: int, temperatur
 def report_command(dataset: DatasetArg, outputs: OutputsOpt = Path("outputs")) -> None:
     """Write <version>/report/report.html (self-contained) and its PNG plots."""
     from pipeline.dataset import resolve
-    from pipeline.report import build_report
+    from pipeline.reporting.report import build_report
 
     try:
         written = build_report(resolve(dataset, outputs))

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from pipeline.beats import plan_sessions
 from pipeline.llm import LLM, call_label
-from pipeline.plan import build_plan
+from pipeline.run.plan import build_plan
 from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SMALL_TALK
 from schemas.config import RunConfig
 from schemas.drafts import inventory_draft, small_talk_draft
@@ -146,7 +146,7 @@ def attempts_per_item(config: RunConfig, llm: LLM) -> dict[str, float]:
 def filler_calls(config: RunConfig, counts: dict[str, float], sizes: dict[str, float]) -> int:
     """Filler sessions the run will write: the configured pool, or more when the largest budget needs more
     filler than that pool holds (the run tops the pool up until it can fill every context)."""
-    from pipeline.run import filler_need  # run imports the whole pipeline; only the plan needs it here
+    from pipeline.run.jobs import filler_need  # run imports the whole pipeline; only the plan needs it here
 
     own = sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"]
     return max(config.text.filler_pool_size, math.ceil(filler_need(config, [int(own)]) / max(sizes["filler"], 1.0)))

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from pipeline.eval_summary import EvalSummary
+from pipeline.evaluation.summary import EvalSummary
 from schemas.query import Query
 from schemas.timeline import Event, EventEdge, PreferenceVersion
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from pipeline import report_plots as plots
+from pipeline.reporting import plots as plots
 from pipeline.dataset import Dataset, load, write_report
 from pipeline.errors import UserError
-from pipeline.eval_summary import (
+from pipeline.evaluation.summary import (
     EvalSummary,
     artifact_key,
     baselines,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from pipeline.persona_text import PersonaText
+from pipeline.run.persona_text import PersonaText
 from schemas.config import RunConfig
 from schemas.ids import digest
 from schemas.persona import PersonaSeed
@@ -34,7 +34,7 @@ class PersonaResult(BaseModel):
 @cache
 def code_fingerprint() -> str:
     """sha256 over the project's Python sources and data files (a code change invalidates checkpoints)."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     h = hashlib.sha256()
     for folder in CODE_DIRS:
         for path in sorted((root / folder).rglob("*")):

@@ -18,11 +18,11 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.answer_parse import letters, parse_answer
+from pipeline.evaluation.answer_parse import letters, parse_answer
 from pipeline.budget import message_tokens
 from pipeline.dataset import Dataset, load, write_eval
 from pipeline.errors import UserError
-from pipeline.eval_summary import (
+from pipeline.evaluation.summary import (
     EvalRow,
     EvalSummary,
     accuracy,

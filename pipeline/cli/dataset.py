@@ -62,7 +62,7 @@ def export_jsonl(
 def inspect(dataset: DatasetArg, outputs: OutputsOpt = Path("outputs")) -> None:
     """Counts, budgets and token histograms of a dataset version."""
     from pipeline.dataset import load, resolve
-    from pipeline.inspect_dataset import TABLES_NEEDED, render, summarize
+    from pipeline.reporting.inspect_dataset import TABLES_NEEDED, render, summarize
 
     try:
         ds = load(resolve(dataset, outputs), tables=TABLES_NEEDED)

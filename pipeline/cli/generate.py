@@ -110,10 +110,10 @@ def generate(
     dry_run: Annotated[bool, typer.Option(help="print the plan and ETA, then stop")] = False,
 ) -> None:
     """Generate a benchmark dataset and publish it as a new version under OUTPUTS/<dataset>/."""
-    from pipeline.cli import fail
-    from pipeline.estimate import estimate_run
+    from pipeline.cli.app import fail
+    from pipeline.run.estimate import estimate_run
     from pipeline.llm import LLM, LLMError
-    from pipeline.run import RunSpec
+    from pipeline.run.jobs import RunSpec
 
     if runner not in ("thread", "dask"):
         raise fail(f"--runner: expected thread or dask, got {runner!r}")
@@ -165,9 +165,9 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: in
 
     from flows.generate import run_generate
     from flows.progress import REPORTER
-    from pipeline.cli import fail
+    from pipeline.cli.app import fail
     from pipeline.llm import listen
-    from pipeline.llm_errors import Interrupted
+    from pipeline.llm.errors import Interrupted
 
     # SIGTERM unwinds like Ctrl-C, so the run stops its model calls and cleans up (Prefect's temporary
     # server included) instead of Python's default of dying on the spot.

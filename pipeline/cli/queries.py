@@ -31,7 +31,7 @@ def queries(
     cache: Annotated[Path, typer.Option(help="LLM response cache")] = Path("outputs/.cache/llm.sqlite"),
 ) -> None:
     """Run the text stages and generate the queries; write the tables and print a report."""
-    from pipeline.cli import console, fail
+    from pipeline.cli.app import console, fail
 
     try:
         config = load_config(profile, n_personas=n, seed=seed)
@@ -54,9 +54,9 @@ def run_queries(config: RunConfig, *, llm: str | None, judge: str | None, cache:
     """All personas through the text stages and generate_queries; the tables written to ``out``."""
     from pipeline.dataset import write_tables
     from pipeline.filler import filter_filler, write_filler_pool
-    from pipeline.persona_text import build_persona_text
+    from pipeline.run.persona_text import build_persona_text
     from pipeline.sample_personas import sample_personas
-    from pipeline.text_run import text_tables
+    from pipeline.run.text import text_tables
 
     gateway = _gateway(llm, cache)
     judge_gateway = _gateway(judge, cache) if judge else None

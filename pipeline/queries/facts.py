@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.query_sources import Pools
+from pipeline.queries.sources import Pools
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
 from schemas.timeline import Event, PreferenceVersion, Timeline

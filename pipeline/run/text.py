@@ -10,7 +10,7 @@ from rich.table import Table
 from pipeline.dataset import write_tables
 from pipeline.filler import filter_filler, write_filler_pool
 from pipeline.llm import LLM, LLMError
-from pipeline.persona_text import PersonaText, build_persona_text
+from pipeline.run.persona_text import PersonaText, build_persona_text
 from pipeline.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from pipeline.write_sessions import SessionStats

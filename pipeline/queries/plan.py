@@ -12,9 +12,9 @@ from pydantic import BaseModel
 
 from pipeline.baselines import content_words
 from pipeline.beats import topic_label
-from pipeline.query_facts import Facts, TurnRef
-from pipeline.query_sources import Pools, shadow_timelines
-from pipeline.query_types import BUILDERS, Built, OptionPlan
+from pipeline.queries.facts import Facts, TurnRef
+from pipeline.queries.sources import Pools, shadow_timelines
+from pipeline.queries.types import BUILDERS, Built, OptionPlan
 from schemas.config import QuerySettings, RunConfig
 from schemas.conversation import SessionWithTurns
 from schemas.ids import stable_id

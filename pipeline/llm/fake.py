@@ -21,8 +21,8 @@ from urllib.parse import parse_qsl
 
 from pydantic import BaseModel, Field
 
-from pipeline.llm_backends import BackendReply, BackendRequest
-from pipeline.llm_errors import ConfigError, RateLimited, TransientError
+from pipeline.llm.backends import BackendReply, BackendRequest
+from pipeline.llm.errors import ConfigError, RateLimited, TransientError
 from pipeline.tokens import count_tokens
 
 FaultKind = Literal["malformed_json", "schema_violation", "rate_limit", "timeout", "truncation", "server_error"]

@@ -18,9 +18,9 @@ from functools import partial
 from pathlib import Path
 from typing import ClassVar
 
-from pipeline.llm_backends import BackendReply, BackendRequest
-from pipeline.llm_errors import CallFailed, ConfigError, Interrupted
-from pipeline.llm_limits import Runtime
+from pipeline.llm.backends import BackendReply, BackendRequest
+from pipeline.llm.errors import CallFailed, ConfigError, Interrupted
+from pipeline.llm.limits import Runtime
 from schemas.llm import LLMSettings
 
 # llama.cpp's OpenMP threads spin while they wait. Beside any other busy thread (the flow's own Python

@@ -1,0 +1,1 @@
+"""`personagen eval`: PersonaMem's multiple-choice protocol, answer parsing and the summary."""

@@ -1,0 +1,21 @@
+"""The only code that talks to a model: the gateway (`LLM`), its backends, cache, limits and errors."""
+
+from pipeline.llm.gateway import (
+    CHAT_FINGERPRINT,
+    LLM,
+    REASK,
+    RESAMPLE,
+    CacheMiss,
+    CallFailed,
+    ChatReply,
+    ConfigError,
+    LLMError,
+    LLMSettings,
+    UsageSummary,
+    call_label,
+    first_ask,
+    listen,
+)
+
+__all__ = ["LLM", "LLMError", "ConfigError", "CacheMiss", "CallFailed", "LLMSettings", "UsageSummary", "ChatReply",
+           "call_label", "first_ask", "listen", "REASK", "RESAMPLE", "CHAT_FINGERPRINT"]

@@ -1,0 +1,1 @@
+"""The pure parts of the query stage: plan, option types, facts, sources and gates."""

@@ -1,0 +1,1 @@
+"""Looking at a dataset: the HTML report and its plots, the terminal summary, one persona's timeline."""
