@@ -10,7 +10,6 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.dataset import load
-from pipeline.evaluation.summary import EvalRow, accuracy, bootstrap_ci, distance_bucket
 from pipeline.evaluation.evaluate import (
     EvalSettings,
     default_window,
@@ -21,6 +20,7 @@ from pipeline.evaluation.evaluate import (
     run_name,
     select_items,
 )
+from pipeline.evaluation.summary import EvalRow, accuracy, bootstrap_ci, distance_bucket
 from pipeline.llm import LLM
 from schemas.llm import LLMSettings
 from tests.support.eval_data import publish_tiny

@@ -58,9 +58,9 @@ def test_plan_reads_personahub(tmp_path, personahub_file):
 
 
 def test_eta_speed_comes_from_the_latest_burst_of_calls_else_a_probe(tmp_path):
-    from pipeline.run.estimate import recent_throughput
     from pipeline.llm import LLM
     from pipeline.llm.cache import CallRecord
+    from pipeline.run.estimate import recent_throughput
     from schemas.llm import LLMSettings
 
     llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "llm.sqlite"))
@@ -112,9 +112,9 @@ def test_progress_display_counts_model_calls_against_the_plan(tmp_path):
 
 def test_plan_sizes_calls_from_this_models_cache_once_it_holds_enough_of_a_kind(tmp_path):
     from pipeline.config import load_config
-    from pipeline.run.estimate import MIN_MEASURED, OUTPUT_TOKENS, call_labels, call_tokens, estimate_run
     from pipeline.llm import LLM
     from pipeline.llm.cache import CallRecord
+    from pipeline.run.estimate import MIN_MEASURED, OUTPUT_TOKENS, call_labels, call_tokens, estimate_run
     from schemas.llm import LLMSettings
 
     config = load_config("smoke", n_personas=2)
@@ -163,9 +163,9 @@ def test_plan_counts_the_calls_a_stage_makes_again_after_code_rejects_a_reply(tm
     import json
 
     from pipeline.config import load_config
-    from pipeline.run.estimate import attempts_per_item, call_labels, estimate_run
     from pipeline.llm import LLM, RESAMPLE, first_ask
     from pipeline.llm.cache import CallRecord
+    from pipeline.run.estimate import attempts_per_item, call_labels, estimate_run
     from schemas.llm import LLMSettings
 
     ask = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]

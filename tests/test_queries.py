@@ -17,7 +17,6 @@ from pipeline.cli.app import app
 from pipeline.config import load_config
 from pipeline.generate_queries import QueryStats, generate_queries
 from pipeline.llm import LLM
-from pipeline.run.persona_text import build_persona_text
 from pipeline.queries.gates import (
     code_wording,
     length_problem,
@@ -27,6 +26,7 @@ from pipeline.queries.gates import (
 )
 from pipeline.queries.plan import balanced_positions, persona_facts, plan_queries
 from pipeline.rng import derive_rng
+from pipeline.run.persona_text import build_persona_text
 from pipeline.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings

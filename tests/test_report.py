@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli.app import app
 from pipeline.dataset import load
-from pipeline.evaluation.summary import publish_artifact
 from pipeline.evaluation.evaluate import EvalSettings, run_eval
+from pipeline.evaluation.summary import publish_artifact
 from pipeline.llm import LLM
 from pipeline.reporting.report import build_report, focus_persona
 from schemas.llm import LLMSettings

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from pipeline.reporting import plots as plots
 from pipeline.dataset import Dataset, load, write_report
 from pipeline.errors import UserError
 from pipeline.evaluation.summary import (
@@ -21,6 +20,7 @@ from pipeline.evaluation.summary import (
     publish_artifact,
     render_markdown,
 )
+from pipeline.reporting import plots as plots
 
 TABLES = ["personas", "preferences", "events", "event_edges", "queries", "contexts", "placements"]
 
