@@ -10,7 +10,7 @@ import time
 import pytest
 
 from pipeline.llm import LLM, CacheMiss, CallFailed, ConfigError
-from pipeline.llm.backends import make_backend, resolve_backend_string
+from pipeline.llm.factory import make_backend, resolve_backend_string
 from pipeline.llm.limits import Bucket, Runtime
 from schemas.llm import LLMSettings, Price
 from tests.support.llm_helpers import SPEC, TopicContext, TopicNote, fake_llm, settings
@@ -64,8 +64,8 @@ def test_backends_that_do_not_want_their_reply_back_get_a_fresh_sample(tmp_path)
 
 
 def test_a_reply_cut_off_for_repeating_itself_is_reasked(tmp_path):
-    from pipeline.llm.gateway import _validate
     from pipeline.llm.backends import BackendReply
+    from pipeline.llm.gateway import _validate
 
     output, problem = _validate(BackendReply(text='{"topic": "tea tea tea', finish_reason="repetition"), TopicNote)
     assert output is None and "repeating itself" in problem

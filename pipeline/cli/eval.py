@@ -74,7 +74,7 @@ def _gateway(llm: str | None, *, window: int | None, max_tokens: int, temperatur
              cache: Path):
     """The gateway for an eval; the embedded model's n_ctx follows --window so the window is real."""
     from pipeline.llm import LLM
-    from pipeline.llm.backends import resolve_backend_string
+    from pipeline.llm.factory import resolve_backend_string
     from schemas.llm import LLMSettings
 
     values = {"llm": llm, "max_tokens": max_tokens, "temperature": temperature, "max_concurrency": concurrency,

@@ -1,17 +1,11 @@
-"""The backend seam of the gateway: request/reply types, the backend protocol, and the selector."""
+"""The backend seam of the gateway: request/reply types and the backend protocol (the selector is factory.py)."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import BaseModel
-
-from pipeline.llm.errors import ConfigError
-from schemas.llm import LLMSettings
-
-DEFAULT_OPENAI_MODEL = "gpt-4o-mini"
 
 
 @dataclass(frozen=True)
@@ -56,32 +50,3 @@ class Backend(Protocol):
 
     async def complete(self, request: BackendRequest) -> BackendReply:
         """Send one attempt; raise TransientError/RateLimited on transport failures."""
-
-
-def resolve_backend_string(settings: LLMSettings) -> str:
-    """settings.llm, else the LLM environment variable, else openai with a key, else local."""
-    if settings.llm:
-        return settings.llm
-    if os.environ.get("LLM"):
-        return os.environ["LLM"]
-    if os.environ.get("OPENAI_API_KEY"):
-        return f"openai:{DEFAULT_OPENAI_MODEL}"
-    return "local"
-
-
-def make_backend(spec: str, settings: LLMSettings) -> Backend:
-    """Build the backend a backend string names; unknown strings raise ConfigError."""
-    kind, _, rest = spec.partition(":")
-    if spec == "fake" or spec.startswith("fake?"):
-        from pipeline.llm.fake import FakeBackend, FaultPlan
-
-        return FakeBackend(FaultPlan.parse(spec.partition("?")[2]))
-    if kind == "openai" and rest:
-        from pipeline.llm.openai import OpenAIBackend
-
-        return OpenAIBackend(rest, settings)
-    if kind == "local":
-        from pipeline.llm.local import LocalBackend
-
-        return LocalBackend(rest or None, settings)
-    raise ConfigError(f"unknown LLM backend {spec!r}; use 'openai:<model>', 'local', 'local:<path.gguf>' or 'fake'")

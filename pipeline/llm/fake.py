@@ -94,8 +94,7 @@ class FakeBackend:
 
     def __init__(self, plan: FaultPlan | None = None) -> None:
         self.plan = plan or FaultPlan()
-        if self.plan.answer:
-            self.model = f"fake-answer-{self.plan.answer}"
+        self.model = fake_model_name(self.plan)
         self.calls = 0
         self.requests: list[BackendRequest] = []
         self.in_flight = 0
@@ -123,6 +122,11 @@ class FakeBackend:
             return await _apply(fault, text, request)
         finally:
             self.in_flight -= 1
+
+
+def fake_model_name(plan: FaultPlan) -> str:
+    """The model name: the answer script is part of it, so scripted evals do not share cache rows."""
+    return f"fake-answer-{plan.answer}" if plan.answer else "fake"
 
 
 def _answer_script(value: str) -> str:

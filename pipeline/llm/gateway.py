@@ -21,9 +21,10 @@ from dataclasses import replace
 
 from pydantic import BaseModel, ValidationError
 
-from pipeline.llm.backends import Backend, BackendReply, BackendRequest, make_backend, resolve_backend_string
+from pipeline.llm.backends import Backend, BackendReply, BackendRequest
 from pipeline.llm.cache import CacheKey, CallRecord, LLMCache
 from pipeline.llm.errors import CacheMiss, CallFailed, ConfigError, LLMError, RateLimited, TransientError
+from pipeline.llm.factory import make_backend, resolve_backend_string
 from pipeline.llm.limits import Runtime, Throttle
 from pipeline.prompting import PromptEnv, PromptSpec
 from pipeline.tokens import count_tokens

@@ -19,7 +19,7 @@ from pipeline.run.estimate import OUTPUT_TOKENS
 from pipeline.filler import filter_filler, write_filler_pool
 from pipeline.generate_queries import generate_queries
 from pipeline.llm import LLM
-from pipeline.llm.backends import make_backend, resolve_backend_string
+from pipeline.llm.factory import backend_name, resolve_backend_string
 from pipeline.run.persona_text import build_persona_text
 from pipeline.prompting import PromptEnv
 from pipeline.specs import ALL_SPECS
@@ -51,9 +51,8 @@ class RunSpec(BaseModel):
 
 
 def model_name(settings: LLMSettings) -> str:
-    """``provider:model`` of the backend the settings select, without opening a cache or loading it."""
-    backend = make_backend(resolve_backend_string(settings), settings)
-    return f"{backend.provider}:{backend.model}"
+    """``provider:model`` of the backend the settings select, without building it, opening a cache or loading it."""
+    return backend_name(resolve_backend_string(settings), settings)
 
 
 def template_fingerprints() -> dict[str, str]:
