@@ -86,3 +86,11 @@ def filter_filler(pool: list[SessionWithTurns], items: set[str]) -> tuple[list[S
                          if i not in offending and mentioned(folded[i], words[i], item_folded, item_words))
     kept = [swt for i, swt in enumerate(pool) if i not in offending]
     return kept, len(pool) - len(kept)
+
+
+def filler_need(config: RunConfig, own_tokens: list[int]) -> int:
+    """Filler tokens the largest context needs: its budget minus the smallest persona's own share of it,
+    plus a margin for packing whole sessions (a tenth of the budget, at most 1,000 tokens)."""
+    budget = max(config.assembly.budgets)
+    own = min(own_tokens, default=0)
+    return budget - min(own, int(budget * config.assembly.max_persona_fraction)) + min(1000, budget // 10)

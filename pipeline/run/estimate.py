@@ -8,6 +8,7 @@ from dataclasses import replace
 from pydantic import BaseModel
 
 from pipeline.beats import plan_sessions
+from pipeline.filler import filler_need
 from pipeline.llm import LLM, call_label
 from pipeline.run.plan import build_plan
 from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SMALL_TALK
@@ -146,8 +147,6 @@ def attempts_per_item(config: RunConfig, llm: LLM) -> dict[str, float]:
 def filler_calls(config: RunConfig, counts: dict[str, float], sizes: dict[str, float]) -> int:
     """Filler sessions the run will write: the configured pool, or more when the largest budget needs more
     filler than that pool holds (the run tops the pool up until it can fill every context)."""
-    from pipeline.run.jobs import filler_need  # run imports the whole pipeline; only the plan needs it here
-
     own = sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"]
     return max(config.text.filler_pool_size, math.ceil(filler_need(config, [int(own)]) / max(sizes["filler"], 1.0)))
 

@@ -12,16 +12,16 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.assemble_contexts import assemble_all
-from pipeline.run.checkpoint import Checkpoints, PersonaResult, run_fingerprint
 from pipeline.dataset import publish
 from pipeline.errors import UserError
-from pipeline.run.estimate import OUTPUT_TOKENS
-from pipeline.filler import filter_filler, write_filler_pool
+from pipeline.filler import filler_need, filter_filler, write_filler_pool
 from pipeline.generate_queries import generate_queries
 from pipeline.llm import LLM
 from pipeline.llm.factory import backend_name, resolve_backend_string
-from pipeline.run.persona_text import build_persona_text
 from pipeline.prompting import PromptEnv
+from pipeline.run.checkpoint import Checkpoints, PersonaResult, run_fingerprint
+from pipeline.run.estimate import OUTPUT_TOKENS
+from pipeline.run.persona_text import build_persona_text
 from pipeline.specs import ALL_SPECS
 from schemas.config import RunConfig
 from schemas.conversation import SessionWithTurns
@@ -117,14 +117,6 @@ def filler_job(spec: RunSpec) -> tuple[list[SessionWithTurns], UsageSummary]:
 
 
 FILLER_BATCH_MAX = 64  # most filler calls one top-up round asks for
-
-
-def filler_need(config: RunConfig, own_tokens: list[int]) -> int:
-    """Filler tokens the largest context needs: its budget minus the smallest persona's own share of it,
-    plus a margin for packing whole sessions (a tenth of the budget, at most 1,000 tokens)."""
-    budget = max(config.assembly.budgets)
-    own = min(own_tokens, default=0)
-    return budget - min(own, int(budget * config.assembly.max_persona_fraction)) + min(1000, budget // 10)
 
 
 def top_up_size(shortfall: int, kept: list[SessionWithTurns], config: RunConfig) -> int:
