@@ -1,134 +1,27 @@
-"""The ``personagen`` command line."""
+"""The ``personagen`` command line: the app and its commands, registered from one module per command group."""
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-from typing import Annotated
-
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from pipeline.config import load_config
-from pipeline.errors import UserError
+from pipeline.cli.dataset import export_app, inspect, prune
+from pipeline.cli.eval import eval_command, report_command
+from pipeline.cli.generate import generate
+from pipeline.cli.prompts import prompts_app
+from pipeline.cli.queries import queries
+from pipeline.cli.stages import plan, show, text
 
 app = typer.Typer(help="Build PersonaMem-style benchmarks for LLM personalization and long-term memory.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
-console = Console()
-err_console = Console(stderr=True)
-
-
-def fail(message: str, code: int = 2) -> typer.Exit:
-    """Print one error line and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
-
-
-@app.command()
-def plan(
-    n: Annotated[int | None, typer.Option("--n", help="number of personas (default: the profile's)")] = None,
-    seed: Annotated[int | None, typer.Option(help="run seed (default: the profile's)")] = None,
-    out: Annotated[Path, typer.Option(help="folder to write the plan tables into")] = Path("outputs/plan"),
-    profile: Annotated[str, typer.Option(help="profile name or YAML file")] = "default",
-    personahub: Annotated[Path | None, typer.Option(help="PersonaHub JSONL of seed personas")] = None,
-) -> None:
-    """Seed personas and simulate their timelines (no model); write Parquet and print statistics."""
-    from pipeline.dataset import write_tables
-    from pipeline.run.plan import build_plan, plan_stats
-
-    started = time.perf_counter()
-    try:
-        personas = {"source": "personahub", "personahub_path": str(personahub)} if personahub else None
-        config = load_config(profile, n_personas=n, seed=seed, personas=personas)
-        result = build_plan(config)
-    except UserError as exc:
-        raise fail(str(exc)) from None
-    tables = {
-        "personas": result.personas,
-        "preferences": [p for t in result.timelines for p in t.preferences],
-        "events": [e for t in result.timelines for e in t.events],
-        "event_edges": [e for t in result.timelines for e in t.edges],
-    }
-    counts = write_tables(out, tables)
-    elapsed = time.perf_counter() - started
-    _print_stats(plan_stats(result.timelines, config.topics), counts, out, elapsed)
-
-
-def _print_stats(stats: dict, counts: dict[str, int], out: Path, elapsed: float) -> None:
-    table = Table(title=f"plan: {stats['personas']} personas in {elapsed:.2f} s -> {out}")
-    table.add_column("statistic")
-    table.add_column("value", justify="right")
-    for name, rows in counts.items():
-        table.add_row(f"rows in {name}", str(rows))
-    for kind, count in sorted(stats["events"].items()):
-        table.add_row(f"{kind} events", str(count))
-    table.add_row("life events touching 2+ topics", f"{stats['cross_topic_life_events']} ({stats['cross_topic_fraction']:.1%})")
-    table.add_row("preference chain lengths", ", ".join(f"{k}: {v}" for k, v in stats["chain_lengths"].items()))
-    table.add_row("longest causal path (events)", str(stats["max_causal_depth"]))
-    for topic, count in stats["updates_per_topic"].items():
-        table.add_row(f"updates in {topic}", str(count))
-    console.print(table)
-
-
-@app.command()
-def show(
-    persona_id: Annotated[str, typer.Argument(help="a persona_id from the plan")],
-    plan_dir: Annotated[Path, typer.Option("--plan", help="folder written by `personagen plan`")] = Path("outputs/plan"),
-) -> None:
-    """Print one persona's timeline as a dated tree: what changed, why, caused by what."""
-    from pipeline.reporting.show import load_persona_timeline, timeline_tree
-
-    try:
-        persona, timeline = load_persona_timeline(plan_dir, persona_id)
-    except (UserError, FileNotFoundError) as exc:
-        raise fail(str(exc)) from None
-    console.print(timeline_tree(persona, timeline))
-
-
-from pipeline.cli.dataset import export_app, inspect, prune  # noqa: E402
-
+app.command()(plan)
+app.command()(show)
 app.add_typer(export_app, name="export")
 app.command()(inspect)
 app.command()(prune)
-
-from pipeline.cli.prompts import prompts_app  # noqa: E402
-
 app.add_typer(prompts_app, name="prompts")
-
-
-@app.command()
-def text(
-    n: Annotated[int | None, typer.Option("--n", help="number of personas (default: the profile's)")] = None,
-    seed: Annotated[int | None, typer.Option(help="run seed (default: the profile's)")] = None,
-    out: Annotated[Path, typer.Option(help="folder to write the tables into")] = Path("outputs/text"),
-    profile: Annotated[str, typer.Option(help="profile name or YAML file")] = "default",
-    llm: Annotated[str | None, typer.Option("--llm", help="fake | local[:path.gguf] | openai:<model>")] = None,
-    cache: Annotated[Path, typer.Option(help="LLM response cache")] = Path("outputs/.cache/llm.sqlite"),
-) -> None:
-    """Run the text stages (profile, timeline, narratives, sessions, filler) and write their tables."""
-    from pipeline.run.text import run_text_stages
-
-    try:
-        config = load_config(profile, n_personas=n, seed=seed)
-        report = run_text_stages(config, llm=llm, cache=cache, out=out)
-    except UserError as exc:
-        raise fail(str(exc)) from None
-    console.print(report)
-
-
-from pipeline.cli.generate import generate  # noqa: E402
-
+app.command()(text)
 app.command()(generate)
-
-
-from pipeline.cli.queries import queries  # noqa: E402
-
 app.command()(queries)
-
-
-from pipeline.cli.eval import eval_command, report_command  # noqa: E402
-
 app.command("eval")(eval_command)
 app.command("report")(report_command)
 

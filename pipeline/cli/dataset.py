@@ -6,21 +6,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
+from pipeline.cli.common import DatasetArg, OutputsOpt, console, fail
 from pipeline.errors import UserError
 
 export_app = typer.Typer(help="Export a dataset version in formats other tools read unchanged.", no_args_is_help=True)
-console = Console()
-err_console = Console(stderr=True)
 
-DatasetArg = Annotated[str, typer.Argument(help="dataset name under --outputs, a dataset folder, or a version folder")]
-OutputsOpt = Annotated[Path, typer.Option("--outputs", help="folder holding the datasets")]
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
 
 
 @export_app.command("personamem")
@@ -36,7 +27,7 @@ def export_personamem(
     try:
         files = run(load(resolve(dataset, outputs)), out)
     except UserError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     for f in files:
         console.print(f"{f.path}  ({f.rows:,} rows)")
 
@@ -55,7 +46,7 @@ def export_jsonl(
     try:
         written = run(load(resolve(dataset, outputs)), out, budget=budget)
     except UserError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     console.print(f"{written.path}  ({written.rows:,} records)")
 
 
@@ -67,7 +58,7 @@ def inspect(dataset: DatasetArg, outputs: OutputsOpt = Path("outputs")) -> None:
     try:
         ds = load(resolve(dataset, outputs), tables=TABLES_NEEDED)
     except UserError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     console.print(render(summarize(ds)))
 
 
@@ -83,5 +74,5 @@ def prune(
     try:
         removed = run(resolve(dataset, outputs).parent, keep)
     except UserError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     console.print(f"removed: {', '.join(removed) or 'nothing'}")

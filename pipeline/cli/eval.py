@@ -7,23 +7,13 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.markdown import Markdown
 from rich.progress import Progress
 
+from pipeline.cli.common import DatasetArg, OutputsOpt, console, err_console, fail
 from pipeline.errors import UserError
 
-console = Console()
-err_console = Console(stderr=True)
-
-DatasetArg = Annotated[str, typer.Argument(help="dataset name under --outputs, a dataset folder, or a version folder")]
-OutputsOpt = Annotated[Path, typer.Option("--outputs", help="folder holding the datasets")]
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?)([kKmM]?)$")
-
-
-def _fail(exc: Exception) -> typer.Exit:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
-    return typer.Exit(2)
 
 
 def parse_budget(text: str) -> int:
@@ -65,7 +55,7 @@ def eval_command(
             run = run_eval(version, llm=gateway, settings=settings, name=name,
                            progress=lambda done, total: bar.update(task, completed=done, total=total))
     except UserError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     console.print(Markdown(run.markdown))
     console.print(f"results: {run.path}")
 
@@ -94,5 +84,5 @@ def report_command(dataset: DatasetArg, outputs: OutputsOpt = Path("outputs")) -
     try:
         written = build_report(resolve(dataset, outputs))
     except UserError as exc:
-        raise _fail(exc) from None
+        raise fail(exc) from None
     console.print(f"report: {written.html}  ({len(written.images)} plots)")

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -20,11 +19,10 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from pipeline.cli.common import console, fail
 from pipeline.config import load_config
 from pipeline.errors import UserError
 from schemas.llm import LLMSettings
-
-console = Console()
 
 
 class RichReporter:
@@ -110,9 +108,8 @@ def generate(
     dry_run: Annotated[bool, typer.Option(help="print the plan and ETA, then stop")] = False,
 ) -> None:
     """Generate a benchmark dataset and publish it as a new version under OUTPUTS/<dataset>/."""
-    from pipeline.cli.app import fail
-    from pipeline.run.estimate import estimate_run
     from pipeline.llm import LLM, LLMError
+    from pipeline.run.estimate import estimate_run
     from pipeline.run.jobs import RunSpec
 
     if runner not in ("thread", "dask"):
@@ -165,7 +162,6 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: in
 
     from flows.generate import run_generate
     from flows.progress import REPORTER
-    from pipeline.cli.app import fail
     from pipeline.llm import listen
     from pipeline.llm.errors import Interrupted
 

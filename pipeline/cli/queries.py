@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from pipeline.baselines import baseline_report
+from pipeline.cli.common import console, fail
 from pipeline.config import load_config
 from pipeline.errors import UserError
 from pipeline.generate_queries import QueryStats, gate_report, generate_queries
@@ -31,7 +32,6 @@ def queries(
     cache: Annotated[Path, typer.Option(help="LLM response cache")] = Path("outputs/.cache/llm.sqlite"),
 ) -> None:
     """Run the text stages and generate the queries; write the tables and print a report."""
-    from pipeline.cli.app import console, fail
 
     try:
         config = load_config(profile, n_personas=n, seed=seed)
@@ -55,8 +55,8 @@ def run_queries(config: RunConfig, *, llm: str | None, judge: str | None, cache:
     from pipeline.dataset import write_tables
     from pipeline.filler import filter_filler, write_filler_pool
     from pipeline.run.persona_text import build_persona_text
-    from pipeline.sample_personas import sample_personas
     from pipeline.run.text import text_tables
+    from pipeline.sample_personas import sample_personas
 
     gateway = _gateway(llm, cache)
     judge_gateway = _gateway(judge, cache) if judge else None
