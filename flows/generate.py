@@ -20,14 +20,15 @@ from pipeline.run.jobs import (
     RunSpec,
     check_failures,
     complete_filler,
+    filler_inputs,
     filler_job,
     model_name,
     persona_job,
     publish_run,
     reuse_checkpoints,
+    run_summary,
 )
 from pipeline.sample_personas import sample_personas
-from schemas.llm import UsageSummary
 from schemas.manifest import Failure
 
 
@@ -95,21 +96,14 @@ def _generate_benchmark(spec: RunSpec) -> str:
             shown = percent
             update_progress_artifact(progress, progress=float(percent))
     check_failures(spec, len(seeds), failures)
-    results = [done[i].result for i in sorted(done)]
+    jobs = [done[i] for i in sorted(done)]
+    results = [job.result for job in jobs]
     if reporter:
         reporter.stage("filler pool, assembly, validation, publish")
     filler, filler_usage = filler_future.result()
-    items = {p.item for r in results for p in r.text.timeline.preferences}
-    own = [sum(s.session.n_tokens for s in r.text.sessions) for r in results]
+    items, own = filler_inputs(results)
     filler, filler_dropped, top_up_usage = filler_top_up_task(quote(spec), quote(filler), quote(items), quote(own))
-    usage = UsageSummary()
-    for job in done.values():
-        usage.merge(job.usage)
-    usage.merge(filler_usage)
-    usage.merge(top_up_usage)
-    stats = {"personas_from_checkpoint": sum(j.from_checkpoint for j in done.values()),
-             "filler_sessions": len(filler), "filler_dropped": filler_dropped,
-             "query_stats": [r.query_stats for r in results]}
+    usage, stats = run_summary(jobs, filler, filler_dropped, [filler_usage, top_up_usage])
     path = str(publish_task(quote(spec), quote(results), quote(filler), usage=quote(usage),
                                 models=[model_name(spec.llm)], extra_stats=quote(stats),
                                 failures=quote(sorted(failures, key=lambda f: f.persona_index or 0))))

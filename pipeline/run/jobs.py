@@ -151,6 +151,25 @@ def complete_filler(spec: RunSpec, pool: list[SessionWithTurns], items: set[str]
     return kept, dropped, llm.usage_summary()
 
 
+def filler_inputs(results: list[PersonaResult]) -> tuple[set[str], list[int]]:
+    """What the filler top-up needs from the personas: every item (filler may name none) and each one's own tokens."""
+    items = {p.item for r in results for p in r.text.timeline.preferences}
+    own = [sum(s.session.n_tokens for s in r.text.sessions) for r in results]
+    return items, own
+
+
+def run_summary(jobs: list[JobResult], filler: list[SessionWithTurns], filler_dropped: int,
+                filler_usage: list[UsageSummary]) -> tuple[UsageSummary, dict]:
+    """The run's usage over every persona job (in persona order) and filler call, and the manifest's statistics."""
+    usage = UsageSummary()
+    for part in [job.usage for job in jobs] + filler_usage:
+        usage.merge(part)
+    stats = {"personas_from_checkpoint": sum(j.from_checkpoint for j in jobs),
+             "filler_sessions": len(filler), "filler_dropped": filler_dropped,
+             "query_stats": [j.result.query_stats for j in jobs]}
+    return usage, stats
+
+
 def check_failures(spec: RunSpec, n: int, failures: list[Failure]) -> None:
     """Refuse to publish when more than the allowed fraction of personas failed."""
     if n and len(failures) / n > spec.max_failure_fraction:
