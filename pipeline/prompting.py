@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -87,18 +87,21 @@ class PromptEnv:
         """The raw source text of template `name`."""
         return self.jinja.loader.get_source(self.jinja, name)[0]
 
-    def referenced(self, name: str) -> list[str]:
-        """`name` plus every template it includes, extends or imports, recursively, sorted."""
-        seen: set[str] = set()
+    def parsed(self, name: str) -> dict[str, nodes.Template]:
+        """The parsed AST of `name` and of every template it includes, extends or imports, recursively."""
+        asts: dict[str, nodes.Template] = {}
         stack = [name]
         while stack:
             current = stack.pop()
-            if current in seen:
+            if current in asts:
                 continue
-            seen.add(current)
-            ast = self.jinja.parse(self.source(current))
+            asts[current] = ast = self.jinja.parse(self.source(current), name=current, filename=current)
             stack.extend(ref for ref in meta.find_referenced_templates(ast) if ref is not None)
-        return sorted(seen)
+        return asts
+
+    def referenced(self, name: str) -> list[str]:
+        """`name` plus every template it includes, extends or imports, recursively, sorted."""
+        return sorted(self.parsed(name))
 
     def fingerprint(self, name: str) -> str:
         """sha256 over the sources of the template and everything it references."""
@@ -130,22 +133,6 @@ def _render_block(template: jinja2.Template, block: str, variables: dict) -> str
     """Render one named block of `template` on its own."""
     context = template.new_context(variables)
     return "".join(template.blocks[block](context))
-
-
-def included(env: PromptEnv, name: str) -> Iterator[tuple[str, jinja2.nodes.Template]]:
-    """Parsed ASTs of `name` and of the templates it includes (which share its variables)."""
-    seen: set[str] = set()
-    stack = [name]
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        ast = env.jinja.parse(env.source(current), name=current, filename=current)
-        yield current, ast
-        for node in ast.find_all(nodes.Include):
-            if isinstance(node.template, nodes.Const) and isinstance(node.template.value, str):
-                stack.append(node.template.value)
 
 
 class PromptProblem(BaseModel):
@@ -203,8 +190,8 @@ def _problem(env: PromptEnv, name: str, line: int, message: str) -> PromptProble
 def _check_spec(spec: PromptSpec, env: PromptEnv) -> tuple[list[PromptProblem], list[str]]:
     """Problems of one spec, and the template names it references."""
     try:
-        refs = env.referenced(spec.template)
-        asts = dict(included(env, spec.template))
+        asts = env.parsed(spec.template)
+        refs = sorted(asts)
     except jinja2.TemplateNotFound as exc:
         return [_problem(env, spec.template, 1, f"{spec.name}: template not found: {exc.name}")], []
     except jinja2.TemplateSyntaxError as exc:
