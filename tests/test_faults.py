@@ -11,7 +11,6 @@ import errno
 import json
 import os
 import random
-import signal
 import sqlite3
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from pipeline.run.jobs import RunSpec
 from pipeline.validate import validate_tables
 from schemas.llm import LLMSettings
 from schemas.tables import TABLES
+from tests.support.procs import kill_group, start_in_group
 
 REPO = Path(__file__).resolve().parents[1]
 FAULTY = "fake?malformed_json=0.1&rate_limit=0.05&timeout=0.02&truncation=0.02"
@@ -217,9 +217,7 @@ ENV = {**os.environ, "PREFECT_LOGGING_LEVEL": "ERROR"}
 def start_cli(root: Path, llm: str, log: Path) -> subprocess.Popen:
     """The CLI in its own process group, output to `log`."""
     args = [*CLI, "--llm", llm, "--outputs", str(root / "out"), "--cache", str(root / "cache" / "llm.sqlite")]
-    with log.open("wb") as out:
-        return subprocess.Popen(args, cwd=REPO, env=ENV, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    return start_in_group(args, log, env=ENV)
 
 
 def finish(proc: subprocess.Popen) -> int:
@@ -227,10 +225,7 @@ def finish(proc: subprocess.Popen) -> int:
     try:
         return proc.wait(timeout=600)
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        kill_group(proc)
 
 
 def ok_keys(root: Path) -> set[str]:

@@ -16,6 +16,7 @@ from pipeline.config import load_config
 from pipeline.dataset import load
 from pipeline.run.jobs import RunSpec
 from schemas.llm import LLMSettings
+from tests.support.procs import kill_group, run_in_group, start_in_group
 
 REPO = Path(__file__).resolve().parents[1]
 TABLES = ["personas", "preferences", "events", "event_edges", "sessions", "turns", "queries", "contexts", "placements"]
@@ -96,22 +97,17 @@ def test_sigterm_stops_a_run_promptly_and_cleanly_and_a_rerun_continues(tmp_path
     base = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "2", "--seed", "5",
             "--outputs", str(tmp_path / "out"), "--cache", str(cache), "--workers", "2"]
     log = tmp_path / "stopped.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([*base, "--llm", "fake?latency_s=0.3"], cwd=REPO, env=env, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            while not (cache.exists() and _ok_rows(cache) >= 5):
-                assert proc.poll() is None, log.read_text()[-2000:]
-                time.sleep(0.2)
-            proc.send_signal(signal.SIGTERM)
-            code = proc.wait(timeout=60)  # without the stop, the run went on to its last call
-            time.sleep(1)
-            left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    proc = start_in_group([*base, "--llm", "fake?latency_s=0.3"], log, env=env)
+    try:
+        while not (cache.exists() and _ok_rows(cache) >= 5):
+            assert proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(timeout=60)  # without the stop, the run went on to its last call
+        time.sleep(1)
+        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+    finally:
+        kill_group(proc)
     text = log.read_text()
     assert code == 143 and "error: interrupted" in text and "Traceback" not in text, text[-2000:]
     assert left == []  # the temporary Prefect server was shut down with the run
@@ -124,15 +120,7 @@ def test_sigterm_stops_a_run_promptly_and_cleanly_and_a_rerun_continues(tmp_path
 
 def _run_cli(args: list[str], env: dict, log: Path) -> int:
     """Run the CLI in its own process group; afterwards kill what it left (Prefect's temporary server)."""
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            return proc.wait(timeout=600)
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    return run_in_group(args, log, env=env)
 
 
 def _ok_rows(cache: Path) -> int:

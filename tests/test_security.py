@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import sqlite3
 import stat
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from pipeline.prompting import PromptEnv, PromptSpec
 from pipeline.run.jobs import RunSpec, persona_job
 from pipeline.sample_personas import sample_personas
 from schemas.llm import LLMSettings
+from tests.support.procs import run_in_group
 
 REPO = Path(__file__).resolve().parents[1]
 HOSTILE = ("{{ 7*7 }}", "{% for x in range(10**9) %}", "{{ ''.__class__.__mro__ }}")
@@ -113,13 +112,4 @@ def _run_cli(tmp: Path, env: dict, umask: int) -> int:
     """`personagen generate` (1 persona, openai:test-model) under `umask`, in its own process group."""
     args = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "1", "--workers", "2",
             "--llm", "openai:test-model", "--outputs", str(tmp / "out"), "--cache", str(tmp / "cache" / "llm.sqlite")]
-    with (tmp / "run.log").open("wb") as log:
-        proc = subprocess.Popen(args, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True, preexec_fn=lambda: os.umask(umask))
-        try:
-            return proc.wait(timeout=600)
-        finally:
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    return run_in_group(args, tmp / "run.log", env=env, preexec_fn=lambda: os.umask(umask))
