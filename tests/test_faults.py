@@ -47,7 +47,7 @@ def harness():
 def injected(monkeypatch) -> collections.Counter:
     """Counts every reply of the fake backend by the fault it carried ('none' for a clean one)."""
     seen: collections.Counter = collections.Counter()
-    original = pipeline.llm_fake._apply
+    original = pipeline.llm.fake._apply
 
     async def counting(fault, text, request):
         seen[fault.kind if fault else "none"] += 1

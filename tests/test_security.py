@@ -29,7 +29,7 @@ PLANTED_KEY = "sk-test-PLANTED-123"
 @pytest.fixture
 def hostile_model(monkeypatch) -> None:
     """The fake model appends every hostile string to each exchange it writes."""
-    original = pipeline.llm_fake._apply
+    original = pipeline.llm.fake._apply
 
     async def hostile(fault, text, request):
         reply = await original(fault, text, request)

@@ -3,7 +3,7 @@
 Each placement becomes one call: the history up to the placement's end_index (none in `no-context`
 mode, the leakage baseline), then a user message with the question, the options "(a) ... (d)" and
 an instruction to answer after `<final_answer>`. Replies are free text through the gateway
-(`LLM.achat`: cached, throttled, retried, so a rerun resumes) and parsed by pipeline.answer_parse.
+(`LLM.achat`: cached, throttled, retried, so a rerun resumes) and parsed by pipeline.evaluation.answer_parse.
 A prompt that does not fit the window is skipped and counted, never truncated.
 """
 

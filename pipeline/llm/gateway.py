@@ -5,7 +5,7 @@
     draft = llm.generate(SPEC, context, sample_index=0)   # or: await llm.agenerate(...)
     reply = llm.chat(messages, stage="evaluate")          # free text (no schema): ChatReply
 
-Every call runs on one background event loop per process (pipeline.llm_limits.Runtime), so the sync
+Every call runs on one background event loop per process (pipeline.llm.limits.Runtime), so the sync
 API works from any thread, Prefect task threads and threads that run their own loop included.
 """
 
