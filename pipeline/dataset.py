@@ -506,7 +506,8 @@ def _atomic_text(path: Path):
     except OSError as exc:
         raise ExportError(f"{path}: cannot write ({_os_reason(exc)})") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp.is_file():
+            tmp.unlink()
 
 
 def write_csv(path: Path, header: list[str], rows: Iterable[dict[str, Any]]) -> int:
