@@ -98,6 +98,14 @@ class DatasetNotFound(UserError):
     """A path or name that holds no dataset version."""
 
 
+class DamagedDataset(UserError):
+    """A version whose files do not match its manifest (truncated, edited or missing)."""
+
+
+class ExportError(UserError):
+    """An export cannot be written where ``--out`` points."""
+
+
 def stage_tables(root: Path, dataset: str, tables: dict[str, list[BaseModel]]) -> Path:
     """Write every table into a fresh staging folder under ``root/dataset`` and return it."""
     return _stage(root, dataset, tables)[0]
@@ -392,6 +400,10 @@ class Dataset(BaseModel):
         """The chat messages of ``context_id`` (the first ``upto`` of them when given)."""
         return materialize_context(self, context_id, upto=upto)
 
+    def session(self, session_id: str) -> SessionWithTurns:
+        """One session with its turns in order (needs the sessions and turns tables)."""
+        return self._lookup("session")[session_id]
+
 
 def _sessions_with_turns(sessions: list[Session], turns: list[Turn]) -> dict[str, SessionWithTurns]:
     grouped: dict[str, list[Turn]] = {s.session_id: [] for s in sessions}
@@ -405,15 +417,52 @@ def _sessions_with_turns(sessions: list[Session], turns: list[Turn]) -> dict[str
 
 
 def load(path: Path | str, tables: list[str] | None = None) -> Dataset:
-    """Load a dataset version (or a dataset folder's ``latest``) as typed tables; ``tables`` limits which."""
+    """Load a dataset version (or a dataset folder's ``latest``) as typed tables; ``tables`` limits which.
+
+    Each table's file is checked against the manifest's sha256 first: a damaged version raises
+    :class:`DamagedDataset` naming the file, never a parser's traceback.
+    """
     directory = resolve(path)
-    manifest = Manifest.model_validate_json((directory / "manifest.json").read_text(encoding="utf-8"))
+    manifest = read_manifest(directory)
     names = tables or list(TABLES)
     unknown = sorted(set(names) - set(TABLES))
     if unknown:
         raise DatasetNotFound(f"{directory}: unknown tables {', '.join(unknown)}")
-    rows = {name: read_table(directory, name) for name in names}
+    verify(directory, manifest, [f"{name}.parquet" for name in names])
+    rows = {}
+    for name in names:
+        try:
+            rows[name] = read_table(directory, name)
+        except (OSError, pa.ArrowException, ValidationError) as exc:  # a file the manifest does not list
+            raise DamagedDataset(f"{directory / name}.parquet: unreadable ({str(exc).splitlines()[0]})") from None
     return Dataset(path=directory, manifest=manifest, **rows)
+
+
+def read_manifest(directory: Path) -> Manifest:
+    """The manifest of a version folder, or a one-line DamagedDataset."""
+    path = directory / "manifest.json"
+    try:
+        return Manifest.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise DamagedDataset(f"{path}: unreadable ({_os_reason(exc)})") from None
+    except ValidationError as exc:
+        raise DamagedDataset(first_validation_error(exc, f"{path}: damaged")) from None
+
+
+def verify(directory: Path, manifest: Manifest | None = None, names: list[str] | None = None) -> None:
+    """Check the files ``names`` (default: every file the manifest lists) against their sha256 and size."""
+    manifest = manifest or read_manifest(directory)
+    for name in names if names is not None else sorted(manifest.files):
+        entry = manifest.files.get(name)
+        path = directory / name
+        if entry is None:
+            continue  # versions older than the checksums: nothing to compare with
+        if not path.is_file():
+            raise DamagedDataset(f"{path}: missing (manifest.json lists it)")
+        found = _file_entry(path, entry.rows)
+        if found.bytes != entry.bytes or found.sha256 != entry.sha256:
+            raise DamagedDataset(f"{path}: damaged (sha256 or size differs from manifest.json: {found.bytes:,} "
+                                 f"bytes, expected {entry.bytes:,}); regenerate or restore this version")
 
 
 def materialize_context(dataset: Dataset, context_id: str, upto: int | None = None) -> list[ChatMessage]:
@@ -429,17 +478,36 @@ def materialize_context(dataset: Dataset, context_id: str, upto: int | None = No
 # -- export files -------------------------------------------------------------------------------
 
 
+def export_folder(out: Path) -> Path:
+    """Make sure ``out`` is a folder an export can write into (one line, ExportError, when not)."""
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--out {out}: is a file; give a folder for the export files")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        probe = out / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise ExportError(f"--out {out}: folder is not writable ({_os_reason(exc)})") from None
+    return out
+
+
 @contextmanager
 def _atomic_text(path: Path):
     """A text handle on a temporary sibling that replaces ``path`` only when the block completes."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.is_dir():
+        raise ExportError(f"--out {path}: is a folder; give the file to write")
     tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with tmp.open("w", encoding="utf-8", newline="") as fh:
             yield fh
         os.replace(tmp, path)
+    except OSError as exc:
+        raise ExportError(f"{path}: cannot write ({_os_reason(exc)})") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp.is_file():
+            tmp.unlink()
 
 
 def write_csv(path: Path, header: list[str], rows: Iterable[dict[str, Any]]) -> int:
@@ -461,6 +529,18 @@ def write_jsonl(path: Path, records: Iterable[Any]) -> int:
         for record in records:
             fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
             n += 1
+    return n
+
+
+def write_json_list(path: Path, records: Iterable[Any]) -> int:
+    """Write one JSON array atomically, one element per line (streamed); returns the element count."""
+    n = 0
+    with _atomic_text(path) as fh:
+        fh.write("[")
+        for record in records:
+            fh.write(("\n" if n == 0 else ",\n") + json.dumps(record, ensure_ascii=False, default=str))
+            n += 1
+        fh.write("\n]\n")
     return n
 
 

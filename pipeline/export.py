@@ -1,10 +1,13 @@
 """Exports other tools read unchanged: PersonaMem's released CSV + JSONL, and self-contained JSONL.
 
 PersonaMem format (one pair of files per budget, ``<size>`` = 32k, 128k, 1M):
-``questions_<size>.csv`` with PersonaMem's columns, and ``shared_contexts_<size>.jsonl`` with one
-``{context_id: [messages]}`` object per line. A harness slices ``shared_context[:end_index]`` and
-asks the question after it. ``persona_id`` is the persona's row index (PersonaMem uses integers);
-``groundtruth_info`` is a JSON string with the correct option's grounding and evidence.
+``questions_<size>.csv`` with the 15 columns of PersonaMem's released ``questions_*.csv``, in their
+order and value formats, then ``stereotypical`` (Yes/No), which older versions of its
+``inference_standalone_openai.py`` read for every row (csv.DictReader ignores a column it does not
+read); and ``shared_contexts_<size>.jsonl`` with one ``{context_id: [messages]}`` object per line.
+A harness slices ``shared_context[:end_index]`` and asks the question after it. ``persona_id`` is
+the persona's row index (PersonaMem uses integers); ``all_options`` is a JSON list, which
+PersonaMem's ``ast.literal_eval`` and adapters' ``json.loads`` both read.
 """
 
 from __future__ import annotations
@@ -17,16 +20,18 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from pipeline.dataset import Dataset, write_csv, write_jsonl
+from pipeline.dataset import Dataset, export_folder, write_csv, write_jsonl
 from schemas.context import Context, Placement
+from schemas.ids import parse_version_key
 from schemas.query import Query
 
-QUESTION_COLUMNS = [
+RELEASED_COLUMNS = [
     "persona_id", "question_id", "question_type", "topic", "context_length_in_tokens",
     "context_length_in_letters", "distance_to_ref_in_blocks", "distance_to_ref_in_tokens",
     "num_irrelevant_tokens", "distance_to_ref_proportion_in_context", "user_question_or_message",
-    "correct_answer", "all_options", "shared_context_id", "end_index_in_shared_context", "groundtruth_info",
+    "correct_answer", "all_options", "shared_context_id", "end_index_in_shared_context",
 ]
+QUESTION_COLUMNS = [*RELEASED_COLUMNS, "stereotypical"]
 
 
 class ExportedFile(BaseModel):
@@ -41,6 +46,14 @@ def size_label(budget: int) -> str:
     return f"{round(budget / 1000)}k"
 
 
+def size_labels(budgets: set[int] | list[int]) -> dict[int, str]:
+    """Each budget's file label: the rounded one, or the exact token count where two would round alike."""
+    rounded = defaultdict(list)
+    for budget in sorted(set(budgets)):
+        rounded[size_label(budget)].append(budget)
+    return {b: (label if len(group) == 1 else str(b)) for label, group in rounded.items() for b in group}
+
+
 def letter(index: int) -> str:
     """0 -> '(a)'."""
     return f"({chr(ord('a') + index)})"
@@ -52,9 +65,10 @@ def option_strings(query: Query) -> list[str]:
 
 def export_personamem(ds: Dataset, out: Path) -> list[ExportedFile]:
     """Write ``questions_<size>.csv`` and ``shared_contexts_<size>.jsonl`` for every budget."""
+    export_folder(out)
     files = []
-    for budget in sorted({c.budget_tokens for c in ds.contexts}):
-        label = size_label(budget)
+    labels = size_labels({c.budget_tokens for c in ds.contexts})
+    for budget, label in sorted(labels.items()):
         contexts = [c for c in ds.contexts if c.budget_tokens == budget]
         shared = out / f"shared_contexts_{label}.jsonl"
         rows = write_jsonl(shared, ({c.context_id: [m.model_dump() for m in ds.materialize_context(c.context_id)]}
@@ -71,7 +85,8 @@ def personamem_rows(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:
     queries = {q.query_id: q for q in ds.queries}
     persona_index = {p.persona_id: i for i, p in enumerate(ds.personas)}
     filler = {s.session_id: s.n_tokens for s in ds.sessions if s.kind == "filler"}
-    by_context = _placements_by_context(ds)
+    stereotyped = {(p.pref_id, p.version) for p in ds.preferences if p.stereotypical}
+    by_context = placements_by_context(ds)
     for context in contexts:
         messages = ds.materialize_context(context.context_id)
         letters = list(accumulate((len(m.content) for m in messages), initial=0))
@@ -90,14 +105,19 @@ def personamem_rows(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:
                 "distance_to_ref_proportion_in_context": f"{100 * p.distance_tokens / max(p.context_tokens, 1):.2f}%",
                 "user_question_or_message": q.question,
                 "correct_answer": letter(q.correct_index),
-                "all_options": str(option_strings(q)),
+                "all_options": json.dumps(option_strings(q), ensure_ascii=False),
                 "shared_context_id": context.context_id,
                 "end_index_in_shared_context": p.end_index,
-                "groundtruth_info": json.dumps(_groundtruth(q)),
+                "stereotypical": "Yes" if _grounded_versions(q) & stereotyped else "No",
             }
 
 
-def _placements_by_context(ds: Dataset) -> dict[str, list[Placement]]:
+def _grounded_versions(q: Query) -> set[tuple[str, int]]:
+    """The preference versions the correct option is built from (its grounding also names events)."""
+    return {parse_version_key(g) for g in q.options[q.correct_index].grounding if "@" in g}
+
+
+def placements_by_context(ds: Dataset) -> dict[str, list[Placement]]:
     out: dict[str, list[Placement]] = defaultdict(list)
     for p in ds.placements:
         out[p.context_id].append(p)
@@ -114,15 +134,6 @@ def _filler_before(context: Context, anchor: str | None, filler: dict[str, int])
     return total
 
 
-def _groundtruth(q: Query) -> dict:
-    return {
-        "correct_grounding": q.options[q.correct_index].grounding,
-        "evidence": [e.model_dump() for e in q.evidence],
-        "as_of": q.as_of.isoformat(),
-        "n_pref_updates": q.n_pref_updates,
-    }
-
-
 def export_jsonl(ds: Dataset, out: Path, budget: int | None = None) -> ExportedFile:
     """One self-contained record per (query, context): the question, options, answer and its history."""
     return ExportedFile(path=out, rows=write_jsonl(out, jsonl_records(ds, budget)))
@@ -131,7 +142,7 @@ def export_jsonl(ds: Dataset, out: Path, budget: int | None = None) -> ExportedF
 def jsonl_records(ds: Dataset, budget: int | None = None) -> Iterator[dict]:
     """Records for :func:`export_jsonl`, context by context (each materialized once)."""
     queries = {q.query_id: q for q in ds.queries}
-    by_context = _placements_by_context(ds)
+    by_context = placements_by_context(ds)
     for context in ds.contexts:
         if budget is not None and context.budget_tokens != budget:
             continue

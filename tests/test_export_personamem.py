@@ -13,7 +13,14 @@ from typer.testing import CliRunner
 from pipeline.assemble_contexts import assemble_all
 from pipeline.cli.app import app
 from pipeline.dataset import load, publish
-from pipeline.export import QUESTION_COLUMNS, export_jsonl, export_personamem, size_label
+from pipeline.export import (
+    QUESTION_COLUMNS,
+    RELEASED_COLUMNS,
+    export_jsonl,
+    export_personamem,
+    size_label,
+    size_labels,
+)
 from schemas.manifest import PublishInfo
 from schemas.tables import TABLES
 from tests.support.factories import make_bundle, tiny_config
@@ -34,6 +41,24 @@ def test_size_labels_follow_personamem():
     assert [size_label(b) for b in (32_000, 128_000, 1_000_000, 4000)] == ["32k", "128k", "1M", "4k"]
 
 
+def test_budgets_that_round_alike_get_their_exact_label():
+    assert size_labels([1500, 2000, 32_000]) == {1500: "1500", 2000: "2000", 32_000: "32k"}
+    assert size_labels([1_000_000, 1_000_001, 128_000]) == {1_000_000: "1000000", 1_000_001: "1000001",
+                                                            128_000: "128k"}
+    assert len(set(size_labels(range(1000, 200_000, 250)).values())) == len(range(1000, 200_000, 250))
+
+
+def test_json_options_read_the_same_under_json_and_python_literals():
+    texts = ['it\'s "quoted"', "back\\slash \\n", "line\nbreak\ttab", "emoji \U0001F600 and \u00e9", "\x07 bell"]
+    encoded = json.dumps(texts, ensure_ascii=False)
+    assert json.loads(encoded) == ast.literal_eval(encoded) == texts
+
+
+def test_the_csv_header_is_the_released_one_then_stereotypical():
+    assert QUESTION_COLUMNS == [*RELEASED_COLUMNS, "stereotypical"]
+    assert len(RELEASED_COLUMNS) == 15 and RELEASED_COLUMNS[-1] == "end_index_in_shared_context"
+
+
 def test_personamem_export_round_trips(published, tmp_path):
     ds = load(published)
     files = export_personamem(ds, tmp_path)
@@ -50,7 +75,9 @@ def test_personamem_export_round_trips(published, tmp_path):
             reader = csv.DictReader(fh)
             assert reader.fieldnames == QUESTION_COLUMNS
             for row in reader:
-                options = ast.literal_eval(row["all_options"])
+                options = json.loads(row["all_options"])
+                assert ast.literal_eval(row["all_options"]) == options
+                assert row["stereotypical"] in ("Yes", "No")
                 q = queries[row["question_id"]]
                 assert [o[:4] for o in options] == ["(a) ", "(b) ", "(c) ", "(d) "]
                 assert row["correct_answer"] == f"({'abcd'[q.correct_index]})"

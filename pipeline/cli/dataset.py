@@ -1,4 +1,4 @@
-"""`personagen export personamem|jsonl`, `personagen inspect`, `personagen prune`: read published datasets."""
+"""`personagen export personamem|longmemeval|jsonl`, `personagen inspect`, `personagen prune`: read published datasets."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from pipeline.errors import UserError
 export_app = typer.Typer(help="Export a dataset version in formats other tools read unchanged.", no_args_is_help=True)
 
 
-
 @export_app.command("personamem")
 def export_personamem(
     dataset: DatasetArg,
@@ -21,15 +20,36 @@ def export_personamem(
     outputs: OutputsOpt = Path("outputs"),
 ) -> None:
     """Write PersonaMem's released format, one CSV + JSONL pair per budget."""
-    from pipeline.dataset import load, resolve
+    from pipeline.dataset import export_folder, load, resolve
     from pipeline.export import export_personamem as run
 
     try:
-        files = run(load(resolve(dataset, outputs)), out)
+        files = run(load(resolve(dataset, outputs)), export_folder(out))
     except UserError as exc:
         raise fail(exc) from None
     for f in files:
         console.print(f"{f.path}  ({f.rows:,} rows)")
+
+
+@export_app.command("longmemeval")
+def export_longmemeval(
+    dataset: DatasetArg,
+    out: Annotated[Path, typer.Option("--out", help="folder for longmemeval_<size>.json")],
+    budget: Annotated[str | None, typer.Option(help="only this budget, e.g. 32k or 1500 (default: every budget)")] = None,
+    outputs: OutputsOpt = Path("outputs"),
+) -> None:
+    """Write LongMemEval's JSON (longmemeval_s-style), one file per budget, one entry per placed query."""
+    from pipeline.cli.eval import parse_budget
+    from pipeline.dataset import export_folder, load, resolve
+    from pipeline.export_longmemeval import export_longmemeval as run
+
+    try:
+        size = parse_budget(budget) if budget else None
+        files = run(load(resolve(dataset, outputs)), export_folder(out), budget=size)
+    except UserError as exc:
+        raise fail(exc) from None
+    for f in files:
+        console.print(f"{f.path}  ({f.rows:,} entries)")
 
 
 @export_app.command("jsonl")
@@ -51,12 +71,14 @@ def export_jsonl(
 
 
 def inspect(dataset: DatasetArg, outputs: OutputsOpt = Path("outputs")) -> None:
-    """Counts, budgets and token histograms of a dataset version."""
-    from pipeline.dataset import load, resolve
+    """Counts, budgets and token histograms of a dataset version (after checking every file's checksum)."""
+    from pipeline.dataset import load, resolve, verify
     from pipeline.reporting.inspect_dataset import TABLES_NEEDED, render, summarize
 
     try:
-        ds = load(resolve(dataset, outputs), tables=TABLES_NEEDED)
+        version = resolve(dataset, outputs)
+        verify(version)
+        ds = load(version, tables=TABLES_NEEDED)
     except UserError as exc:
         raise fail(exc) from None
     console.print(render(summarize(ds)))

@@ -1,0 +1,130 @@
+"""LongMemEval's JSON format (``longmemeval_s``-style), as its retrieval, generation and QA scripts read it.
+
+One JSON list per budget, ``longmemeval_<size>.json``, one entry per query placed in that budget's
+contexts. The haystack is the history a model sees before the question (``context[:end_index]``):
+the sessions before the anchor and the anchor session's turns before the anchor turn, so no later
+turn leaks. PersonaMem's profile system message is left out (LongMemEval's turns are user and
+assistant only). What the upstream code requires, and how it is met:
+
+- evidence sessions are ``answer_<session_id>`` and every turn of one carries a boolean
+  ``has_answer`` (true on the evidence turns); no other id contains ``answer`` (ours are hex);
+- ``question_type`` is one of LongMemEval's six (``evaluate_qa.py`` has no branch for any other);
+  our own type is kept in ``personamem_question_type``, the options in ``options``;
+- a query without evidence turns (an abstention: the evidence is that nothing was said) gets the
+  ``_abs`` suffix LongMemEval uses for abstention, and an empty ``answer_session_ids``;
+- dates are ``YYYY/MM/DD (Ddd) HH:MM`` with English weekdays whatever the locale; a filler session
+  (its own time is a placeholder) takes the date of the session before it, so dates never decrease.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+from pipeline.dataset import Dataset, export_folder, write_json_list
+from pipeline.errors import UserError
+from pipeline.export import ExportedFile, letter, option_strings, placements_by_context, size_labels
+from schemas.context import Context, Placement
+from schemas.conversation import SessionWithTurns
+from schemas.query import Query
+
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+# Our 7 types onto LongMemEval's 6 (the judge prompt it picks): recall and reasons are single-session-user,
+# or multi-session when the evidence spans sessions; recommendations are judged like its preference rubric.
+LONGMEMEVAL_TYPES = {
+    "recall_user_shared_facts": "single-session-user",
+    "revisit_reasons_behind_preference_updates": "single-session-user",
+    "acknowledge_latest_preferences": "knowledge-update",
+    "track_full_preference_evolution": "multi-session",
+    "suggest_new_ideas": "single-session-preference",
+    "provide_preference_aligned_recommendations": "single-session-preference",
+    "generalize_to_new_scenarios": "single-session-preference",
+}
+ENTRY_KEYS = ["question_id", "question_type", "question", "answer", "question_date", "haystack_dates",
+              "haystack_session_ids", "haystack_sessions", "answer_session_ids"]
+
+
+def lme_date(t: datetime) -> str:
+    """LongMemEval's date format, e.g. '2023/05/30 (Tue) 23:40'."""
+    return f"{t:%Y/%m/%d} ({WEEKDAYS[t.weekday()]}) {t:%H:%M}"
+
+
+def export_longmemeval(ds: Dataset, out: Path, budget: int | None = None) -> list[ExportedFile]:
+    """Write ``longmemeval_<size>.json`` for every budget (or only ``budget``) into the folder ``out``."""
+    labels = size_labels({c.budget_tokens for c in ds.contexts})
+    if budget is not None and budget not in labels:
+        known = ", ".join(f"{b:,}" for b in sorted(labels)) or "none"
+        raise UserError(f"--budget {budget:,}: {ds.path} has no contexts of that budget (budgets: {known})")
+    export_folder(out)
+    files = []
+    for size, label in sorted(labels.items()):
+        if budget is None or size == budget:
+            contexts = [c for c in ds.contexts if c.budget_tokens == size]
+            path = out / f"longmemeval_{label}.json"
+            files.append(ExportedFile(path=path, rows=write_json_list(path, longmemeval_entries(ds, contexts))))
+    return files
+
+
+def longmemeval_entries(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:
+    """One LongMemEval entry per placement in ``contexts``."""
+    queries = {q.query_id: q for q in ds.queries}
+    by_context = placements_by_context(ds)
+    for context in contexts:
+        sessions = [ds.session(sid) for sid in context.session_ids]
+        for p in by_context.get(context.context_id, []):
+            yield longmemeval_entry(queries[p.query_id], p, context, sessions)
+
+
+def haystack(context: Context, sessions: list[SessionWithTurns], end_index: int) -> list[SessionWithTurns]:
+    """The sessions (the last one cut at the anchor) that fill the context's first ``end_index`` messages."""
+    position = 1 if context.profile_mode == "once" else 0
+    out = []
+    for swt in sessions:
+        if context.profile_mode == "per_session" and swt.session.kind == "topic":
+            position += 1
+        visible = swt.turns[: max(0, end_index - position)]
+        if not visible:
+            break
+        out.append(swt if len(visible) == len(swt.turns) else SessionWithTurns.model_construct(
+            session=swt.session, turns=visible))
+        position += len(swt.turns)
+    return out
+
+
+def longmemeval_entry(q: Query, placement: Placement, context: Context, sessions: list[SessionWithTurns]) -> dict:
+    """The entry of one placed query: its haystack, dates and evidence labels."""
+    evidence = {(e.session_id, e.turn_index) for e in q.evidence}
+    ids, dates, turns, answer_ids = [], [], [], []
+    for swt in haystack(context, sessions, placement.end_index):
+        sid = swt.session.session_id
+        marks = [(sid, t.turn_index) in evidence for t in swt.turns]
+        when = swt.session.time if swt.session.kind == "topic" or not dates else max(swt.session.time, dates[-1])
+        dates.append(when)
+        if any(marks):
+            sid = f"answer_{sid}"
+            answer_ids.append(sid)
+        ids.append(sid)
+        turns.append([{"role": t.role, "content": t.content, **({"has_answer": m} if any(marks) else {})}
+                      for t, m in zip(swt.turns, marks, strict=True)])
+    return {
+        "question_id": q.query_id if q.evidence else f"{q.query_id}_abs",
+        "question_type": _lme_type(q, answer_ids),
+        "question": q.question,
+        "answer": q.options[q.correct_index].text,
+        "question_date": lme_date(q.as_of),
+        "haystack_dates": [lme_date(d) for d in dates],
+        "haystack_session_ids": ids,
+        "haystack_sessions": turns,
+        "answer_session_ids": answer_ids,
+        "personamem_question_type": q.type,
+        "options": option_strings(q),
+        "correct_option": letter(q.correct_index),
+        "persona_id": q.persona_id,
+        "context_id": context.context_id,
+    }
+
+
+def _lme_type(q: Query, answer_ids: list[str]) -> str:
+    kind = LONGMEMEVAL_TYPES[q.type]
+    return "multi-session" if kind == "single-session-user" and len(answer_ids) > 1 else kind

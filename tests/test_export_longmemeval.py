@@ -1,0 +1,140 @@
+"""`personagen export longmemeval` read the way LongMemEval's scripts read it (github.com/xiaowu0162/LongMemEval).
+
+What its code reads: `json.load` of a list (retrieval accepts nothing else); the nine keys of every
+entry; `zip(haystack_dates, haystack_session_ids, haystack_sessions)` (equal lengths, or zip cuts);
+per-turn ids `session_id + '_' + str(i + 1)`; for every session id containing "answer", each user
+turn's `has_answer` read without a default; ground truth = the ids containing "answer"; the judge's
+prompt picked by `question_type` (six known types) and by "_abs" in the id; dates sorted as strings.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli.app import app
+from pipeline.dataset import load
+from pipeline.export_longmemeval import ENTRY_KEYS, haystack, lme_date, longmemeval_entry
+from schemas.query import Evidence
+from tests.support.smoke import publish_smoke
+
+LME_TYPES = {"single-session-user", "single-session-assistant", "single-session-preference", "multi-session",
+             "temporal-reasoning", "knowledge-update"}
+DATE = "%Y/%m/%d (%a) %H:%M"
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    return publish_smoke(tmp_path_factory.mktemp("smoke"))
+
+
+@pytest.fixture(scope="module")
+def exported(smoke, tmp_path_factory):
+    out = tmp_path_factory.mktemp("lme")
+    result = CliRunner().invoke(app, ["export", "longmemeval", str(smoke), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def read_like_longmemeval(entry: dict) -> None:
+    """The checks LongMemEval's loaders imply, on one entry; an assertion names what they would trip on."""
+    assert set(ENTRY_KEYS) <= set(entry)
+    ids, dates, sessions = entry["haystack_session_ids"], entry["haystack_dates"], entry["haystack_sessions"]
+    assert len(ids) == len(dates) == len(sessions) > 0
+    for when in [*dates, entry["question_date"]]:
+        assert datetime.strptime(when, DATE).strftime(DATE) == when
+    assert dates == sorted(dates) and dates[-1] <= entry["question_date"]
+    assert entry["question_type"] in LME_TYPES
+    assert isinstance(entry["answer"], str) and entry["answer"]
+    corpus = []
+    for sid, session in zip(ids, sessions, strict=True):
+        assert isinstance(sid, str) and session
+        for i, turn in enumerate(session):
+            assert turn["role"] in ("user", "assistant") and isinstance(turn["content"], str)
+            corpus.append(f"{sid}_{i + 1}")
+            if "answer" in sid:
+                assert type(turn["has_answer"]) is bool  # every turn of an evidence session, read without .get
+            else:
+                assert "has_answer" not in turn
+    assert len(set(corpus)) == len(corpus)
+    correct = [sid for sid in ids if "answer" in sid]
+    assert correct == entry["answer_session_ids"]
+    assert set(entry["answer_session_ids"]) <= set(ids)
+    assert all(sid.startswith("answer_") for sid in correct)
+    for sid, session in zip(ids, sessions, strict=True):
+        if "answer" in sid:
+            assert any(t["has_answer"] for t in session)
+    assert ("_abs" in entry["question_id"]) == (not correct)
+
+
+def test_every_entry_reads_like_longmemeval_and_each_budget_has_its_file(smoke, exported):
+    ds = load(smoke)
+    files = sorted(p.name for p in exported.iterdir())
+    assert files == ["longmemeval_1500.json", "longmemeval_2000.json"]
+    total = 0
+    for name in files:
+        entries = json.loads((exported / name).read_text(encoding="utf-8"))
+        assert isinstance(entries, list)
+        assert len({e["question_id"] for e in entries}) == len(entries)
+        for entry in entries:
+            read_like_longmemeval(entry)
+        total += len(entries)
+    assert total == len(ds.placements)
+
+
+def test_the_haystack_is_the_history_before_the_anchor_and_the_answer_is_the_correct_option(smoke, exported):
+    ds = load(smoke)
+    queries = {q.query_id: q for q in ds.queries}
+    placements = {(p.context_id, p.query_id): p for p in ds.placements}
+    for path in exported.iterdir():
+        for entry in json.loads(path.read_text(encoding="utf-8")):
+            q = queries[entry["question_id"].removesuffix("_abs")]
+            p = placements[(entry["context_id"], q.query_id)]
+            visible = [m for m in ds.materialize_context(p.context_id, upto=p.end_index) if m.role != "system"]
+            flat = [(t["role"], t["content"]) for s in entry["haystack_sessions"] for t in s]
+            assert flat == [(m.role, m.content) for m in visible]
+            assert entry["answer"] == q.options[q.correct_index].text
+            assert entry["options"][q.correct_index] == f"{entry['correct_option']} {entry['answer']}"
+            assert entry["question_date"] == lme_date(q.as_of)
+            marked = {(sid.removeprefix("answer_"), i) for sid, s in
+                      zip(entry["haystack_session_ids"], entry["haystack_sessions"], strict=True)
+                      for i, t in enumerate(s) if t.get("has_answer")}
+            assert marked == {(e.session_id, e.turn_index) for e in q.evidence}
+
+
+def test_a_query_without_evidence_turns_is_an_abstention_entry(smoke):
+    ds = load(smoke)
+    p = ds.placements[0]
+    q = next(q for q in ds.queries if q.query_id == p.query_id).model_copy(update={"evidence": []})
+    context = next(c for c in ds.contexts if c.context_id == p.context_id)
+    entry = longmemeval_entry(q, p, context, [ds.session(sid) for sid in context.session_ids])
+    assert entry["question_id"] == f"{q.query_id}_abs" and entry["answer_session_ids"] == []
+    read_like_longmemeval(entry)
+    assert all("has_answer" not in t for s in entry["haystack_sessions"] for t in s)
+
+
+def test_evidence_in_two_sessions_makes_a_recall_query_multi_session(smoke):
+    ds = load(smoke)
+    p = max(ds.placements, key=lambda p: p.end_index)
+    context = next(c for c in ds.contexts if c.context_id == p.context_id)
+    sessions = [ds.session(sid) for sid in context.session_ids]
+    seen = [s for s in haystack(context, sessions, p.end_index) if s.session.kind == "topic"][:2]
+    q = next(q for q in ds.queries if q.query_id == p.query_id).model_copy(update={
+        "type": "recall_user_shared_facts",
+        "evidence": [Evidence(session_id=s.session.session_id, turn_index=0) for s in seen]})
+    assert len(seen) == 2
+    assert longmemeval_entry(q, p, context, sessions)["question_type"] == "multi-session"
+    one = q.model_copy(update={"evidence": q.evidence[:1]})
+    assert longmemeval_entry(one, p, context, sessions)["question_type"] == "single-session-user"
+
+
+def test_dates_use_english_weekdays_and_budget_selects_one_file(smoke, tmp_path):
+    assert lme_date(datetime(2023, 5, 30, 23, 40)) == "2023/05/30 (Tue) 23:40"
+    result = CliRunner().invoke(app, ["export", "longmemeval", str(smoke), "--out", str(tmp_path), "--budget", "1500"])
+    assert result.exit_code == 0, result.output
+    assert [p.name for p in tmp_path.iterdir()] == ["longmemeval_1500.json"]
+    result = CliRunner().invoke(app, ["export", "longmemeval", str(smoke), "--out", str(tmp_path), "--budget", "3k"])
+    assert result.exit_code == 2 and "--budget 3,000" in result.output and "budgets: 1,500, 2,000" in result.output

@@ -1,0 +1,192 @@
+"""PersonaMem's export read the way its `inference_standalone_openai.py` reads it, against a loopback server.
+
+The reader below follows the script's path step by step (our own code, same operations): an offset
+index over the JSONL built with tell()/readline() and each line's first key; csv.DictReader with
+newline='' and UTF-8; every column the script reads, `stereotypical` included (older versions read it
+for every row); ``context[:int(end_index_in_shared_context)]``; the question, the instruction and the
+raw ``all_options`` string as the last user message; system messages folded into the next message
+(the script does so whenever the model name contains an "o", gpt-4o included); the option letters
+after the last ``<final_answer>``, which must be exactly the correct one.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import re
+
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli.app import app
+from pipeline.dataset import load
+from pipeline.export import RELEASED_COLUMNS, option_strings
+from tests.support.openai_server import OpenAIServer
+from tests.support.smoke import publish_smoke
+
+SCRIPT_READS = [*RELEASED_COLUMNS[:4], "stereotypical", *RELEASED_COLUMNS[4:]]
+INSTRUCTION = ("Find the most appropriate model response and give your final answer (a), (b), (c), or (d) "
+               "after the special token <final_answer>.")
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    return publish_smoke(tmp_path_factory.mktemp("smoke"))
+
+
+@pytest.fixture(scope="module")
+def exported(smoke, tmp_path_factory):
+    out = tmp_path_factory.mktemp("pm")
+    result = CliRunner().invoke(app, ["export", "personamem", str(smoke), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def offset_index(path) -> dict[str, int]:
+    """Context id -> byte offset of its line, as the script builds it (first key of each line)."""
+    index = {}
+    with open(path, encoding="utf-8") as fh:
+        while True:
+            at = fh.tell()
+            line = fh.readline()
+            if not line:
+                return index
+            index[next(iter(json.loads(line)))] = at
+
+
+def context_at(path, offset: int) -> list[dict]:
+    with open(path, encoding="utf-8") as fh:
+        fh.seek(offset)
+        return next(iter(json.loads(fh.readline()).values()))
+
+
+def rows_with_context(csv_path, jsonl_path):
+    """(row, full shared context) pairs; a missing context id raises, as it does in the script."""
+    index = offset_index(jsonl_path)
+    with open(csv_path, newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            yield dict(row), context_at(jsonl_path, index[row["shared_context_id"]])
+
+
+def fold_system(messages: list[dict]) -> list[dict]:
+    """System messages become a prefix of the next message; consecutive same-role messages merge."""
+    out, pending = [], ""
+    for m in messages:
+        if m["role"] == "system":
+            pending += f"[System]: {m['content']}\n"
+            continue
+        content, pending = pending + m["content"], ""
+        if out and out[-1]["role"] == m["role"]:
+            out[-1]["content"] += "\n" + content
+        else:
+            out.append({"role": m["role"], "content": content})
+    return out
+
+
+def letters_in(text: str) -> set[str]:
+    text = text.lower()
+    return set(re.findall(r"\(([a-d])\)", text)) or set(re.findall(r"\b([a-d])\b", text))
+
+
+def score(response: str, correct: str) -> bool:
+    """The script's rule: the letters after the last <final_answer> (else in the whole reply) are exactly the correct one."""
+    want = {correct.lower().strip("() ")}
+    tail = response.strip().split("<final_answer>")[-1].strip().removesuffix("</final_answer>").strip()
+    return letters_in(tail) == want or letters_in(response) == want
+
+
+def evaluate(csv_path, jsonl_path, base_url: str, model: str = "gpt-4o") -> tuple[list[bool], list[str]]:
+    """Every row through the script's steps; a row that fails is an error, as the script logs it."""
+    from openai import OpenAI
+
+    client = OpenAI(api_key="test", base_url=base_url, max_retries=0)
+    scores, errors = [], []
+    for row, context in rows_with_context(csv_path, jsonl_path):
+        try:
+            values = {name: row[name] for name in SCRIPT_READS}
+            history = context[: int(values["end_index_in_shared_context"])]
+            ask = values["user_question_or_message"] + "\n\n" + INSTRUCTION + "\n\n" + values["all_options"]
+            messages = history + [{"role": "user", "content": ask}]
+            if "o" in model:
+                messages = fold_system(messages)
+            reply = client.chat.completions.create(model=model, messages=messages).choices[0].message.content
+            scores.append(score(reply, values["correct_answer"]))
+        except Exception as exc:  # the script catches, logs and skips the row
+            errors.append(f"{row.get('question_id')}: {exc!r}")
+    return scores, errors
+
+
+def oracle(ds, *, right: bool):
+    """Answers the correct letter (or a wrong one) when every evidence turn is in the history it was sent."""
+    turns = {(t.session_id, t.turn_index): t.content for t in ds.turns}
+    by_options = {json.dumps(option_strings(q), ensure_ascii=False): q for q in ds.queries}
+
+    def respond(body: dict) -> str:
+        sent = "\n".join(m["content"] for m in body["messages"])
+        (q,) = [q for key, q in by_options.items() if body["messages"][-1]["content"].endswith(key)]
+        seen = all(turns[(e.session_id, e.turn_index)] in sent for e in q.evidence)
+        index = q.correct_index if right and seen else (q.correct_index + 1) % len(q.options)
+        return f"Thinking about what you told me.\n<final_answer>({'abcd'[index]})"
+
+    return respond
+
+
+def test_one_file_pair_per_budget_with_the_released_columns_then_stereotypical(smoke, exported):
+    ds = load(smoke)
+    budgets = sorted({c.budget_tokens for c in ds.contexts})
+    assert budgets == [1500, 2000]  # both round to "2k": the labels fall back to the exact budget
+    assert sorted(p.name for p in exported.iterdir()) == [
+        "questions_1500.csv", "questions_2000.csv", "shared_contexts_1500.jsonl", "shared_contexts_2000.jsonl"]
+    rows = 0
+    for budget in budgets:
+        with open(exported / f"questions_{budget}.csv", newline="", encoding="utf-8") as fh:
+            reader = csv.DictReader(fh)
+            assert reader.fieldnames == [*RELEASED_COLUMNS, "stereotypical"]
+            for row in reader:
+                assert row["stereotypical"] in ("Yes", "No")
+                assert json.loads(row["all_options"]) == ast.literal_eval(row["all_options"])
+                rows += 1
+    assert rows == len(ds.placements)
+
+
+def test_the_standalone_scripts_reading_and_scoring_path_runs_every_row(smoke, exported):
+    ds = load(smoke)
+    for right, expected in ((True, True), (False, False)):
+        with OpenAIServer(responder=oracle(ds, right=right)) as server:
+            for budget in (1500, 2000):
+                scores, errors = evaluate(exported / f"questions_{budget}.csv",
+                                          exported / f"shared_contexts_{budget}.jsonl", server.base_url)
+                assert errors == []
+                placed = sum(1 for p in ds.placements if p.context_id in
+                             {c.context_id for c in ds.contexts if c.budget_tokens == budget})
+                assert len(scores) == placed > 0
+                assert set(scores) == {expected}
+            assert server.requests == len(ds.placements)
+
+
+def test_the_script_is_sent_exactly_the_history_before_the_question(smoke, exported):
+    ds = load(smoke)
+    with OpenAIServer(responder=oracle(ds, right=True)) as server:
+        evaluate(exported / "questions_1500.csv", exported / "shared_contexts_1500.jsonl", server.base_url)
+        bodies = list(server.bodies)
+    with open(exported / "questions_1500.csv", newline="", encoding="utf-8") as fh:
+        rows = list(csv.DictReader(fh))
+    assert len(bodies) == len(rows)
+    for row, body in zip(rows, bodies, strict=True):
+        history = ds.materialize_context(row["shared_context_id"], upto=int(row["end_index_in_shared_context"]))
+        expected = fold_system([m.model_dump() for m in history] + [{"role": "user", "content": "QUESTION"}])
+        sent = body["messages"]
+        assert [m["role"] for m in sent] == [m["role"] for m in expected]
+        assert [m["content"] for m in sent[:-1]] == [m["content"] for m in expected[:-1]]
+        assert sent[-1]["content"].endswith(INSTRUCTION + "\n\n" + row["all_options"])
+
+
+def test_a_json_loads_reader_gets_every_option(exported):
+    """Third-party adapters parse all_options with json.loads; a failed parse would leave no options."""
+    for path in exported.glob("questions_*.csv"):
+        with open(path, newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                options = json.loads(row["all_options"])
+                assert [o[:4] for o in options] == ["(a) ", "(b) ", "(c) ", "(d) "]
+                assert row["correct_answer"] in [o[:3] for o in options]
