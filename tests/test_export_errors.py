@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
+import subprocess
 
 import pytest
 from typer.testing import CliRunner
@@ -86,14 +88,28 @@ def test_out_is_a_file_or_under_a_file(smoke, tmp_path):
     assert blocker.read_text() == "not a folder\n"
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through read-only permissions")
+def _lock(folder: Path) -> bool:
+    """Make `folder` unwritable: mode 555, and immutable for root (who writes through modes); False if it can't be."""
+    folder.chmod(0o555)
+    if os.geteuid() != 0:
+        return True
+    return subprocess.run(["chattr", "+i", str(folder)], capture_output=True).returncode == 0
+
+
+def _unlock(folder: Path) -> None:
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "-i", str(folder)], capture_output=True)
+    folder.chmod(0o755)
+
+
 def test_out_is_a_read_only_folder(smoke, tmp_path):
     locked = tmp_path / "locked"
     locked.mkdir()
-    locked.chmod(0o555)
     try:
+        if not _lock(locked):
+            pytest.skip("cannot make a folder unwritable for root here (no chattr)")
         one_line_error(CliRunner().invoke(app, ["export", "personamem", str(smoke), "--out", str(locked)]),
                        f"--out {locked}: folder is not writable")
     finally:
-        locked.chmod(0o755)
+        _unlock(locked)
     assert list(locked.iterdir()) == []
