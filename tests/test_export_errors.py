@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from pathlib import Path
 import subprocess
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
