@@ -17,7 +17,10 @@ import subprocess
 import sys
 import types
 
+from pipeline.errors import UserError
+
 PR_SET_PDEATHSIG = 1
+STARTUP_TIMEOUT_S = 60  # Prefect's default of 20 s is too short on a loaded machine
 
 
 def _die_with_parent() -> None:
@@ -61,6 +64,14 @@ def start_temporary_server() -> int | None:
             with _popen_in_own_group(module):
                 return super()._run_uvicorn_command()
 
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+
+    timeout = max(STARTUP_TIMEOUT_S, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
     server = OwnGroupServer()  # the process-wide instance: an already running one is returned as it is
-    server.start()
+    try:
+        server.start(timeout=timeout)
+    except RuntimeError as exc:  # Prefect's message carries the server's whole output
+        raise UserError(f"Prefect's temporary server did not start within {timeout} s "
+                        f"({str(exc).splitlines()[0][:200]}); on a busy machine raise "
+                        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or set PREFECT_API_URL") from None
     return server.server_process.pid if server.server_process else None

@@ -98,7 +98,9 @@ def generate(
     n: Annotated[int | None, typer.Option("--n", help="number of personas (default: the profile's)")] = None,
     profile: Annotated[str, typer.Option(help="smoke | default | paper | a YAML file")] = "default",
     seed: Annotated[int | None, typer.Option(help="run seed (default: the profile's)")] = None,
-    llm: Annotated[str | None, typer.Option("--llm", envvar="LLM", help="fake | local[:path.gguf] | openai:<model>")] = None,
+    llm: Annotated[str | None, typer.Option("--llm", envvar="LLM", help=(
+        "fake | local[:path.gguf] | openai:<model> (OPENAI_BASE_URL: any OpenAI-compatible server, "
+        "where OPENAI_API_KEY may be left unset)"))] = None,
     outputs: Annotated[Path, typer.Option(help="root folder of published datasets")] = Path("outputs"),
     cache: Annotated[Path | None, typer.Option(help="LLM response cache (SQLite) [default: OUTPUTS/.cache/llm.sqlite]")] = None,
     workers: Annotated[int, typer.Option(help="personas processed concurrently")] = 4,
