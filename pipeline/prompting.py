@@ -125,10 +125,15 @@ class PromptEnv:
         missing = [block for block in BLOCKS if block not in template.blocks]
         if missing:
             raise ValueError(f"{spec.template} lacks {{% block {missing[0]} %}}")
+        return [ChatMessage(role=block, content=_render_block(template, block, variables).strip())
+                for block in BLOCKS]
+
+    def render_located(self, spec: PromptSpec, context: BaseModel) -> list[ChatMessage]:
+        """`render`, with a rendering error (e.g. in an {% if %} branch the lint's sample never takes)
+        raised as TemplateProblem naming the template and line."""
         try:
-            return [ChatMessage(role=block, content=_render_block(template, block, variables).strip())
-                    for block in BLOCKS]
-        except jinja2.TemplateError:  # e.g. in an {% if %} branch the sample context never takes
+            return self.render(spec, context)
+        except jinja2.TemplateError:
             exc = rewrite_traceback_stack()  # frames of template lines, as Jinja's own render() shows them
             name, line = _template_line(exc, self.root, spec.template)
             raise TemplateProblem(_problem(self, name, line, f"{type(exc).__name__}: {exc}")) from None
@@ -280,7 +285,7 @@ def _check_prose(env: PromptEnv, refs: list[str]) -> list[PromptProblem]:
 def _check_sample(spec: PromptSpec, env: PromptEnv) -> list[PromptProblem]:
     """The context model's sample validates and renders."""
     try:
-        env.render(spec, spec.sample_context())
+        env.render_located(spec, spec.sample_context())
     except TemplateProblem as exc:  # located at the template and line that failed
         problem = exc.problem
         return [problem.model_copy(update={"message": f"sample context does not render: {problem.message}"})]
