@@ -344,3 +344,26 @@ def test_a_failed_or_dry_run_leaves_no_empty_folder_and_the_cache_lives_under_ou
     failed = CliRunner().invoke(app, ["generate", "--profile", "smoke", "--llm", "openai:gpt-4o-mini",
                                       "--outputs", str(tmp_path / "other")], env={"OPENAI_API_KEY": ""})
     assert failed.exit_code == 2 and not (tmp_path / "other").exists(), failed.output
+
+
+def test_ctrl_c_while_planning_or_after_the_publish_is_one_line(tmp_path, monkeypatch):
+    """Ctrl-C during the plan's estimate, or while the summary prints after the publish: exit 130, one line
+    saying which (no click "Aborted!", no traceback)."""
+    import pipeline.cli.generate
+    import pipeline.run.estimate
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline.run.estimate, "estimate_run", interrupt)
+    planning = run_cli(tmp_path)
+    assert planning.exit_code == 130 and planning.stderr.strip().splitlines() == [
+        "error: interrupted before the run started; nothing published"], planning.output
+    assert "Aborted" not in planning.output
+    monkeypatch.undo()
+    published = tmp_path / "out" / "smoke" / "v0001"
+    monkeypatch.setattr(pipeline.cli.generate, "_run", lambda spec, **kwargs: published)
+    monkeypatch.setattr(pipeline.cli.generate, "_summary", interrupt)
+    after = run_cli(tmp_path)
+    assert after.exit_code == 130 and after.stderr.strip().splitlines() == [
+        f"error: interrupted after publishing {published} (the version is complete)"], after.output

@@ -133,6 +133,8 @@ def generate(
     except (UserError, LLMError) as exc:
         _drop_empty_cache(gateway, cache, created)
         raise fail(str(exc)) from None
+    except KeyboardInterrupt:  # Ctrl-C while planning: one line, not click's "Aborted!"
+        raise fail("interrupted before the run started; nothing published", code=130) from None
     console.print(_plan_table(estimate, config, gateway.name))
     if dry_run:
         _drop_empty_cache(gateway, cache, created)
@@ -140,7 +142,10 @@ def generate(
     spec = RunSpec(config=config, llm=settings, outputs=outputs, keep=keep)
     path = _run(spec, runner=runner, workers=workers, dask_address=dask_address, total=config.n_personas,
                 calls=estimate.llm_calls)
-    _summary(path)
+    try:
+        _summary(path)
+    except KeyboardInterrupt:  # the version is complete; only the summary was cut short
+        raise fail(f"interrupted after publishing {path} (the version is complete)", code=130) from None
 
 
 def _drop_empty_cache(gateway, cache: Path, created: list[Path]) -> None:
