@@ -367,3 +367,20 @@ def test_ctrl_c_while_planning_or_after_the_publish_is_one_line(tmp_path, monkey
     after = run_cli(tmp_path)
     assert after.exit_code == 130 and after.stderr.strip().splitlines() == [
         f"error: interrupted after publishing {published} (the version is complete)"], after.output
+
+
+@pytest.mark.slow
+def test_two_runs_with_keep_do_not_prune_each_others_new_version(tmp_path):
+    """Two `generate --keep 1` at once: both exit 0 without a traceback, and neither prunes the version the
+    other is still publishing and summarizing (at most one old version is left for the next run's retention)."""
+    args = [*CLI, "--llm", "fake", "--keep", "1", "--outputs", str(tmp_path / "out"),
+            "--cache", str(tmp_path / "cache" / "llm.sqlite")]
+    procs = [start_in_group(args, tmp_path / f"run{i}.log", env=ENV) for i in range(2)]
+    codes = [finish(p) for p in procs]
+    logs = [(tmp_path / f"run{i}.log").read_text() for i in range(2)]
+    assert codes == [0, 0] and not [log for log in logs if "Traceback" in log], [log[-2000:] for log in logs]
+    dataset = tmp_path / "out" / "smoke"
+    names = sorted(p.name for p in dataset.glob("v0*"))
+    assert names in (["v0002"], ["v0001", "v0002"]) and os.readlink(dataset / "latest") == "v0002"
+    for name in names:
+        assert_valid(dataset / name)
