@@ -12,6 +12,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from flows.progress import current_reporter
+from flows.server import start_temporary_server
 from pipeline.errors import UserError
 from pipeline.llm.errors import ConfigError
 from pipeline.llm.limits import Runtime
@@ -121,6 +122,7 @@ def _one_line(exc: BaseException) -> str:
 def run_generate(spec: RunSpec, *, runner: Literal["thread", "dask"] = "thread", workers: int = 4,
                  dask_address: str | None = None) -> Path:
     """Run the flow with the chosen task runner; returns the published version's path."""
+    start_temporary_server()  # outside our process group, so a terminal's Ctrl-C does not kill it first
     if runner == "dask":
         from prefect_dask import DaskTaskRunner
 

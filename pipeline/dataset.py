@@ -13,7 +13,7 @@ import secrets
 import shutil
 import subprocess
 from collections.abc import Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -212,8 +212,12 @@ def publish(
 
 
 def check_writable(root: Path, dataset: str) -> None:
-    """Raise PublishError unless ``root/dataset`` can take a new version; run before any model call."""
+    """Raise PublishError unless ``root/dataset`` can take a new version; run before any model call.
+
+    Folders made for the probe are removed again, so a run that fails later leaves no empty dataset folder.
+    """
     folder = root / dataset
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
     try:
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
@@ -221,6 +225,19 @@ def check_writable(root: Path, dataset: str) -> None:
         probe.unlink()
     except OSError as exc:
         raise PublishError(f"{folder}: outputs folder is not writable ({_os_reason(exc)})") from None
+    finally:
+        for path in made:
+            with suppress(OSError):
+                path.rmdir()
+    _check_latest(folder)
+
+
+def _check_latest(folder: Path) -> None:
+    """``latest`` must be a link (or absent): anything else would stop its move after a version is renamed in."""
+    latest = folder / LATEST
+    if latest.exists() and not latest.is_symlink():
+        raise PublishError(f"{latest}: expected a link to the newest version, found a "
+                           f"{'folder' if latest.is_dir() else 'file'}; move it aside, nothing published")
 
 
 def _os_reason(exc: OSError) -> str:
@@ -240,6 +257,7 @@ def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None,
                            f"error(s), first: {report.errors[0]}")
     parent = staging.parent
     with _locked(parent):
+        _check_latest(parent)
         version = _next_version(parent)
         manifest = _manifest(staging, info, version, tables, report)
         (staging / "README.md").write_text(render_card(manifest, tables), encoding="utf-8")
@@ -248,9 +266,10 @@ def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None,
         _read_only(staging)
         target = parent / version
         os.rename(staging, target)
+        _pin(target)
         _point_latest(parent)
         if keep is not None:
-            prune(parent, keep, locked=True)
+            prune(parent, keep, locked=True, spare=target.name)
     return target
 
 
@@ -335,26 +354,62 @@ def _point_latest(directory: Path) -> None:
     newest = versions(directory)[-1].name
     tmp = directory / f".latest-{secrets.token_hex(4)}"
     os.symlink(newest, tmp)
-    os.replace(tmp, directory / LATEST)
+    try:
+        os.replace(tmp, directory / LATEST)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
-def prune(directory: Path, keep: int, *, locked: bool = False) -> list[str]:
-    """Remove complete versions older than the newest ``keep`` (never the one ``latest`` names)."""
+def prune(directory: Path, keep: int, *, locked: bool = False, spare: str | None = None) -> list[str]:
+    """Remove complete versions older than the newest ``keep``: never the one ``latest`` names, nor ``spare``
+    (the version this process just published), nor one that another live process published (pinned)."""
     if keep < 1:
         raise PublishError(f"--keep {keep}: must keep at least one version")
     if not locked:
         with _locked(directory):
-            return prune(directory, keep, locked=True)
+            return prune(directory, keep, locked=True, spare=spare)
     latest = os.readlink(directory / LATEST) if (directory / LATEST).is_symlink() else None
     removed = []
     for old in versions(directory)[:-keep]:
-        if old.name == latest:
+        if old.name in (latest, spare) or _pinned_elsewhere(old):
             continue
+        _unpin(old)
         trash = directory / f".trash-{old.name}-{secrets.token_hex(4)}"
         os.rename(old, trash)
         shutil.rmtree(trash, ignore_errors=True)
         removed.append(old.name)
     return removed
+
+
+# A process that publishes a version holds a shared lock on its folder until it exits (or prunes it
+# itself), so a concurrent run's retention cannot remove a version its publisher is still showing.
+_PINS: dict[str, int] = {}
+
+
+def _pin(version: Path) -> None:
+    fd = os.open(version, os.O_RDONLY)
+    fcntl.flock(fd, fcntl.LOCK_SH)
+    _PINS[str(version.resolve())] = fd
+
+
+def _unpin(version: Path) -> None:
+    fd = _PINS.pop(str(version.resolve()), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _pinned_elsewhere(version: Path) -> bool:
+    """Whether another process holds the pin of ``version`` (this process's own pins do not count)."""
+    if str(version.resolve()) in _PINS:
+        return False
+    fd = os.open(version, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
 
 
 # -- readers ------------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from typing import Literal
 
 import jinja2
 from jinja2 import meta, nodes
+from jinja2.debug import rewrite_traceback_stack
 from jinja2.sandbox import SandboxedEnvironment
 from pydantic import BaseModel
 
@@ -84,8 +85,12 @@ class PromptEnv:
         )
 
     def source(self, name: str) -> str:
-        """The raw source text of template `name`."""
-        return self.jinja.loader.get_source(self.jinja, name)[0]
+        """The raw source text of template `name`; a file that is not UTF-8 raises TemplateProblem."""
+        try:
+            return self.jinja.loader.get_source(self.jinja, name)[0]
+        except UnicodeDecodeError as exc:
+            line = (self.root / name).read_bytes()[:exc.start].count(b"\n") + 1
+            raise TemplateProblem(_problem(self, name, line, f"not UTF-8 text (byte {exc.start})")) from None
 
     def parsed(self, name: str) -> dict[str, nodes.Template]:
         """The parsed AST of `name` and of every template it includes, extends or imports, recursively."""
@@ -114,19 +119,40 @@ class PromptEnv:
         """Render the spec's template with `context` into [system, user] messages."""
         if not isinstance(context, spec.context):
             raise TypeError(f"{spec.name} expects {spec.context.__name__}, got {type(context).__name__}")
+        self.source(spec.template)  # a file that is not UTF-8 fails here with its name and line
         template = self.jinja.get_template(spec.template)
         variables = {name: getattr(context, name) for name in type(context).model_fields}
         missing = [block for block in BLOCKS if block not in template.blocks]
         if missing:
             raise ValueError(f"{spec.template} lacks {{% block {missing[0]} %}}")
-        return [
-            ChatMessage(role=block, content=_render_block(template, block, variables).strip())
-            for block in BLOCKS
-        ]
+        return [ChatMessage(role=block, content=_render_block(template, block, variables).strip())
+                for block in BLOCKS]
+
+    def render_located(self, spec: PromptSpec, context: BaseModel) -> list[ChatMessage]:
+        """`render`, with a rendering error (e.g. in an {% if %} branch the lint's sample never takes)
+        raised as TemplateProblem naming the template and line."""
+        try:
+            return self.render(spec, context)
+        except jinja2.TemplateError:
+            exc = rewrite_traceback_stack()  # frames of template lines, as Jinja's own render() shows them
+            name, line = _template_line(exc, self.root, spec.template)
+            raise TemplateProblem(_problem(self, name, line, f"{type(exc).__name__}: {exc}")) from None
 
     def template_names(self) -> list[str]:
         """Every `*.jinja` file under the root, as loader names."""
         return sorted(p.relative_to(self.root).as_posix() for p in self.root.rglob("*.jinja"))
+
+
+def _template_line(exc: BaseException, root: Path, default: str) -> tuple[str, int]:
+    """The template and line a rendering error happened at, from Jinja's rewritten traceback."""
+    found = (default, 1)
+    tb = exc.__traceback__
+    while tb is not None:
+        filename = Path(tb.tb_frame.f_code.co_filename)
+        if filename.suffix == ".jinja" and filename.is_relative_to(root):
+            found = (filename.relative_to(root).as_posix(), tb.tb_lineno)
+        tb = tb.tb_next
+    return found
 
 
 def _render_block(template: jinja2.Template, block: str, variables: dict) -> str:
@@ -168,6 +194,10 @@ def check_specs(specs: Iterable[PromptSpec], env: PromptEnv | None = None) -> li
 class TemplateProblem(UserError):
     """A template would fail or mislead at run time; the message is `file:line: what is wrong`."""
 
+    def __init__(self, problem: PromptProblem | str) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+
 
 def preflight_templates(specs: Iterable[PromptSpec], env: PromptEnv | None = None) -> None:
     """Raise TemplateProblem naming the first lint finding, before a run spends any model call."""
@@ -196,6 +226,8 @@ def _check_spec(spec: PromptSpec, env: PromptEnv) -> tuple[list[PromptProblem], 
         return [_problem(env, spec.template, 1, f"{spec.name}: template not found: {exc.name}")], []
     except jinja2.TemplateSyntaxError as exc:
         return [_problem(env, exc.name or spec.template, exc.lineno, f"syntax error: {exc.message}")], [spec.template]
+    except TemplateProblem as exc:
+        return [exc.problem], [spec.template]
     problems = _check_structure(env, spec.template, asts[spec.template])
     problems += _check_variables(spec, env, asts)
     problems += _check_prose(env, refs)
@@ -253,7 +285,10 @@ def _check_prose(env: PromptEnv, refs: list[str]) -> list[PromptProblem]:
 def _check_sample(spec: PromptSpec, env: PromptEnv) -> list[PromptProblem]:
     """The context model's sample validates and renders."""
     try:
-        env.render(spec, spec.sample_context())
+        env.render_located(spec, spec.sample_context())
+    except TemplateProblem as exc:  # located at the template and line that failed
+        problem = exc.problem
+        return [problem.model_copy(update={"message": f"sample context does not render: {problem.message}"})]
     except (ValueError, TypeError, jinja2.TemplateError) as exc:
         first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         return [_problem(env, spec.template, 1, f"sample context does not render: {first_line}")]

@@ -86,6 +86,9 @@ def normalize(text: str) -> str:
     return " ".join(text.split()).casefold()
 
 
+MAX_SEED_CHARS = 2000  # PersonaHub's personas are one or two sentences; a longer seed floods every prompt
+
+
 def iter_personahub(path: Path) -> Iterator[tuple[int, str]]:
     """Yield (line number, persona text) for every non-blank line; malformed lines raise file:line."""
     try:
@@ -94,6 +97,8 @@ def iter_personahub(path: Path) -> Iterator[tuple[int, str]]:
         raise SeedFileError(f"{path}: cannot open ({exc.strerror})") from exc
     with handle:
         for lineno, raw in enumerate(handle, start=1):
+            if not raw.strip():
+                continue
             yield lineno, _parse_line(path, lineno, raw)
 
 
@@ -103,18 +108,21 @@ def _parse_line(path: Path, lineno: int, raw: bytes) -> str:
         line = raw.decode("utf-8").strip()
     except UnicodeDecodeError as exc:
         raise SeedFileError(f"{where}: not UTF-8 text (byte {exc.start})") from exc
-    if not line:
-        raise SeedFileError(f"{where}: blank line; expected a JSON object like {{\"persona\": \"...\"}}")
     try:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
-        raise SeedFileError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from exc
+        # json's own messages may end in "at" ("Unterminated string starting at"): say the column once
+        raise SeedFileError(f"{where}: invalid JSON ({exc.msg.removesuffix(' at')} at column {exc.colno})") from exc
     if not isinstance(record, dict) or "persona" not in record:
         raise SeedFileError(f"{where}: missing key \"persona\"")
     text = record["persona"]
     if not isinstance(text, str) or not text.strip():
         raise SeedFileError(f"{where}: \"persona\" must be a non-empty string")
-    return " ".join(text.split())
+    text = " ".join(text.split())
+    if len(text) > MAX_SEED_CHARS:
+        raise SeedFileError(f"{where}: \"persona\" is {len(text):,} characters; at most {MAX_SEED_CHARS:,} "
+                            "(a persona is a sentence or a short paragraph)")
+    return text
 
 
 def load_personahub(path: Path, n: int, *, run_seed: int) -> list[PersonaSeed]:

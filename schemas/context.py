@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -12,6 +13,9 @@ ChatRole = Literal["system", "user", "assistant"]
 
 
 MAX_BUDGET = 10_000_000
+# The fewest tokens a context may end below its budget (budget x tolerance): fewer, and no choice of whole
+# filler sessions lands in the window (1,000 tokens at 0.02 failed after every call; at 0.03 it assembles).
+MIN_END_WINDOW = 30
 
 
 class AssemblySettings(BaseModel):
@@ -38,6 +42,13 @@ class AssemblySettings(BaseModel):
             raise ValueError("assembly.budgets: each budget must be distinct and at least 1000 tokens")
         if max(self.budgets) > MAX_BUDGET:  # filler is generated until the largest budget is full
             raise ValueError(f"assembly.budgets: {max(self.budgets):,} tokens is more than {MAX_BUDGET:,}")
+        narrow = min(self.budgets)
+        if narrow * self.tolerance < MIN_END_WINDOW:  # filler comes in whole sessions of ~100 tokens
+            raise ValueError(
+                f"assembly.budgets: a {narrow:,}-token context must end within {narrow * self.tolerance:.0f} tokens "
+                f"below its budget (tolerance {self.tolerance}), too narrow for whole filler sessions; use budgets of "
+                f"at least {math.ceil(MIN_END_WINDOW / self.tolerance):,} tokens or a tolerance of at least "
+                f"{MIN_END_WINDOW / narrow:.3g}")
         return self
 
 

@@ -147,4 +147,4 @@ def test_a_filler_pool_too_small_for_the_budget_is_a_clear_error(bundle):
 def test_a_budget_too_small_for_any_topic_is_a_clear_error(bundle):
     with pytest.raises(AssemblyError, match="cannot hold any whole topic"):
         assemble_all(bundle.personas, bundle.sessions, bundle.queries,
-                     settings=AssemblySettings(budgets=[1000], max_persona_fraction=0.1), run_seed=7)
+                     settings=AssemblySettings(budgets=[1500], max_persona_fraction=0.1), run_seed=7)

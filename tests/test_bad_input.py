@@ -140,3 +140,65 @@ def closed_port() -> int:
 def test_zero_workers_or_keep_is_refused_up_front(tmp_path, option):
     result = generate(tmp_path, "--profile", "smoke", "--llm", "fake", option, "0")
     assert_rejected(result, tmp_path, f"{option} 0")
+
+
+def test_a_profile_that_is_not_utf8_names_file_and_line(tmp_path):
+    path = tmp_path / "profile.yaml"
+    path.write_bytes(b"dataset: bad\nn_personas: 1\n# caf\xe9\n")
+    result = generate(tmp_path, "--profile", str(path), "--llm", "fake")
+    assert_rejected(result, tmp_path, f"{path}:3: not UTF-8 text (byte 32)")
+
+
+def test_a_template_that_is_not_utf8_names_the_template(tmp_path):
+    from pipeline.cli.app import app
+
+    root = copied_prompts(tmp_path, "write_sessions/beat.jinja", lambda s: s)
+    path = root / "write_sessions" / "beat.jinja"
+    path.write_bytes(path.read_bytes().replace(b"Topic:", b"Th\xe8me:", 1))
+    result = generate(tmp_path, "--profile", "smoke", "--llm", "fake", env={"PERSONAGEN_PROMPTS": str(root)})
+    assert_rejected(result, tmp_path, "write_sessions/beat.jinja:7: not UTF-8 text")
+    checked = CliRunner().invoke(app, ["prompts", "check"], env={"PERSONAGEN_PROMPTS": str(root)})
+    assert checked.exit_code != 0 and "Traceback" not in checked.output
+    assert "write_sessions/beat.jinja:7: not UTF-8 text" in checked.output, checked.output
+
+
+def test_a_template_error_in_a_branch_the_lint_does_not_render_names_template_and_line(tmp_path):
+    """The sample context takes the preference_update branch; routine beats fail mid-run, naming the line."""
+    root = copied_prompts(tmp_path, "write_sessions/beat.jinja", lambda s: s.replace(
+        "mentions in passing that they {{ event }}", "mentions in passing that they {{ event.nope.deeper }}", 1))
+    result = generate(tmp_path, "--profile", "smoke", "--llm", "fake", env={"PERSONAGEN_PROMPTS": str(root)})
+    assert_rejected(result, tmp_path, "write_sessions/beat.jinja:15: UndefinedError")
+
+
+def test_a_huge_personahub_persona_names_file_and_line(tmp_path):
+    seeds = tmp_path / "huge.jsonl"
+    seeds.write_text('{"persona": "a chef"}\n{"persona": "' + "x" * 1_000_000 + '"}\n', encoding="utf-8")
+    path = profile(tmp_path, f"personas: {{source: personahub, personahub_path: '{seeds}'}}\n")
+    result = generate(tmp_path, "--profile", path, "--llm", "fake")
+    assert_rejected(result, tmp_path, f"{seeds}:2: \"persona\" is 1,000,000 characters; at most 2,000")
+
+
+def test_a_budget_too_narrow_to_assemble_is_refused_at_load(tmp_path):
+    result = generate(tmp_path, "--profile", profile(tmp_path, "assembly: {budgets: [1000]}\n"), "--llm", "fake")
+    assert_rejected(result, tmp_path, "assembly.budgets: a 1,000-token context must end within 20 tokens")
+
+
+def test_a_server_answering_html_is_one_line(tmp_path):
+    from tests.support.openai_server import OpenAIServer
+
+    with OpenAIServer(html=True) as server:
+        url = server.base_url
+        result = generate(tmp_path, "--profile", "smoke", "--llm", "openai:test-model",
+                          env={"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": url})
+    assert_rejected(result, tmp_path, f"{url}/models answered HTTP 200 with text/html",
+                    'an HTML page titled "Sign in"')
+
+
+def test_a_base_url_server_needs_no_api_key(tmp_path):
+    from tests.support.openai_server import OpenAIServer
+
+    with OpenAIServer() as server:
+        env = {"OPENAI_API_KEY": None, "OPENAI_BASE_URL": server.base_url}
+        result = generate(tmp_path, "--profile", "smoke", "--llm", "openai:test-model", "--dry-run", env=env)
+    assert result.exit_code == 0, result.output[-2000:]
+    assert "expected LLM calls" in result.output

@@ -188,3 +188,46 @@ def test_two_concurrent_publishes_get_two_valid_versions(tmp_path, tables, info)
         for name, entry in manifest["files"].items():
             assert entry["sha256"] == _sha(version / name)
     assert not [p for p in (tmp_path / "tiny").iterdir() if p.name.startswith((".staging", ".trash"))]
+
+
+def test_a_latest_folder_stops_the_publish_before_any_version(tmp_path, tables, info):
+    """`latest` as a real folder: refused up front (preflight) and at the publish; no version, no stray link."""
+    from pipeline.dataset import check_writable
+
+    (tmp_path / "tiny" / "latest").mkdir(parents=True)
+    with pytest.raises(PublishError, match=r"latest: expected a link to the newest version, found a folder"):
+        check_writable(tmp_path, "tiny")
+    with pytest.raises(PublishError, match="found a folder; move it aside, nothing published"):
+        publish(tmp_path, tables, info)
+    assert sorted(p.name for p in (tmp_path / "tiny").iterdir()) == [".lock", "latest"]
+
+
+def test_the_writable_check_leaves_no_empty_folder(tmp_path):
+    from pipeline.dataset import check_writable
+
+    check_writable(tmp_path / "out", "tiny")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_keep_spares_a_version_another_live_process_published(tmp_path, tables, info):
+    """Concurrent runs with --keep: a version whose publisher still runs (its pin held) is not pruned."""
+    import subprocess
+    import sys
+
+    import pipeline.dataset
+
+    first = publish(tmp_path, tables, info)
+    pipeline.dataset._unpin(first)  # hand v0001's pin to another process, as if it had published it
+    hold = "import fcntl, os, sys, time; fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_SH); time.sleep(60)"
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(first)])
+    try:
+        while not pipeline.dataset._pinned_elsewhere(first):
+            assert holder.poll() is None
+        second = publish(tmp_path, tables, info, keep=1)
+        assert [p.name for p in versions(tmp_path / "tiny")] == ["v0001", "v0002"]
+        assert os.readlink(tmp_path / "tiny" / "latest") == second.name == "v0002"
+    finally:
+        holder.kill()
+        holder.wait()
+    publish(tmp_path, tables, info, keep=1)  # the other process is gone: its version and our older one go
+    assert [p.name for p in versions(tmp_path / "tiny")] == ["v0003"]

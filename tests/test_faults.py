@@ -271,3 +271,116 @@ def test_two_runs_into_one_outputs_root_publish_two_versions(tmp_path):
     for version in ("v0001", "v0002"):
         assert_valid(dataset / version)
     assert table_bytes(dataset / "v0001") == table_bytes(dataset / "v0002")
+
+
+# -- cache files that cannot be used, and what a failed or dry run leaves behind ---------------------
+
+
+def _damaged_cache(path: Path) -> None:
+    """A real cache of 300 calls with two pages in the middle overwritten."""
+    from pipeline.llm.cache import CallRecord, LLMCache
+
+    cache = LLMCache(path)
+    for i in range(300):
+        cache.put(CallRecord(key=f"k{i}", status="ok", spec="s", provider="p", model="m", request="x" * 500,
+                             raw="y" * 800))
+    cache.close()
+    with path.open("r+b") as fh:
+        fh.seek(path.stat().st_size // 2 // 4096 * 4096)
+        fh.write(random.Random(3).randbytes(8192))
+
+
+CACHE_CASES = {
+    "folder": (lambda p: p.mkdir(), "cannot open the LLM cache (unable to open database file"),
+    "random bytes": (lambda p: p.write_bytes(random.Random(1).randbytes(4096)), "file is not a database"),
+    "another database": (lambda p: sqlite3.connect(p).execute("CREATE TABLE t (x)").connection.close(),
+                         "not an LLM cache (another database: tables t)"),
+    "damaged pages": (_damaged_cache, "damaged"),
+}
+
+
+@pytest.mark.parametrize("command", ["generate", "eval"])
+@pytest.mark.parametrize("case", sorted(CACHE_CASES))
+def test_an_unusable_cache_file_is_one_line(tmp_path, case, command):
+    """A cache path that is a folder, random bytes, another program's database, or damaged: exit 2, one line."""
+    make, message = CACHE_CASES[case]
+    cache = tmp_path / "g.sqlite"
+    make(cache)
+    from pipeline.cli.app import app
+
+    args = (["generate", "--profile", "smoke", "--n", "2", "--llm", "fake", "--outputs", str(tmp_path / "out")]
+            if command == "generate" else ["eval", "smoke", "--llm", "fake", "--outputs", str(tmp_path / "out")])
+    result = CliRunner().invoke(app, [*args, "--cache", str(cache)])
+    (line,) = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and line.startswith(f"error: {cache}: ") and message in line, result.output
+    assert not (tmp_path / "out").exists()
+    if case == "another database":
+        assert [n for (n,) in sqlite3.connect(cache).execute("SELECT name FROM sqlite_master")] == ["t"]
+
+
+def test_a_latest_folder_fails_before_any_model_call(tmp_path):
+    """`<dataset>/latest` as a real folder: one line before any call; no version, no stray link, no cache."""
+    latest = tmp_path / "out" / "smoke" / "latest"
+    latest.mkdir(parents=True)
+    result = run_cli(tmp_path)
+    (line,) = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and line == (f"error: {latest}: expected a link to the newest version, found a "
+                                              "folder; move it aside, nothing published")
+    assert sorted(p.name for p in latest.parent.iterdir()) == ["latest"]
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_failed_or_dry_run_leaves_no_empty_folder_and_the_cache_lives_under_outputs(tmp_path):
+    """A dry run with the default cache: the cache (the speed probe's calls) under --outputs, no dataset folder;
+    a run failing at the preflight of its backend leaves nothing at all."""
+    from pipeline.cli.app import app
+
+    out = tmp_path / "out"
+    dry = CliRunner().invoke(app, ["generate", "--profile", "smoke", "--llm", "fake", "--outputs", str(out),
+                                   "--dry-run"])
+    assert dry.exit_code == 0, dry.output
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*") if not p.name.endswith(("-wal", "-shm"))) == [
+        ".cache", ".cache/llm.sqlite"]
+    failed = CliRunner().invoke(app, ["generate", "--profile", "smoke", "--llm", "openai:gpt-4o-mini",
+                                      "--outputs", str(tmp_path / "other")], env={"OPENAI_API_KEY": ""})
+    assert failed.exit_code == 2 and not (tmp_path / "other").exists(), failed.output
+
+
+def test_ctrl_c_while_planning_or_after_the_publish_is_one_line(tmp_path, monkeypatch):
+    """Ctrl-C during the plan's estimate, or while the summary prints after the publish: exit 130, one line
+    saying which (no click "Aborted!", no traceback)."""
+    import pipeline.cli.generate
+    import pipeline.run.estimate
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline.run.estimate, "estimate_run", interrupt)
+    planning = run_cli(tmp_path)
+    assert planning.exit_code == 130 and planning.stderr.strip().splitlines() == [
+        "error: interrupted before the run started; nothing published"], planning.output
+    assert "Aborted" not in planning.output
+    monkeypatch.undo()
+    published = tmp_path / "out" / "smoke" / "v0001"
+    monkeypatch.setattr(pipeline.cli.generate, "_run", lambda spec, **kwargs: published)
+    monkeypatch.setattr(pipeline.cli.generate, "_summary", interrupt)
+    after = run_cli(tmp_path)
+    assert after.exit_code == 130 and after.stderr.strip().splitlines() == [
+        f"error: interrupted after publishing {published} (the version is complete)"], after.output
+
+
+@pytest.mark.slow
+def test_two_runs_with_keep_do_not_prune_each_others_new_version(tmp_path):
+    """Two `generate --keep 1` at once: both exit 0 without a traceback, and neither prunes the version the
+    other is still publishing and summarizing (at most one old version is left for the next run's retention)."""
+    args = [*CLI, "--llm", "fake", "--keep", "1", "--outputs", str(tmp_path / "out"),
+            "--cache", str(tmp_path / "cache" / "llm.sqlite")]
+    procs = [start_in_group(args, tmp_path / f"run{i}.log", env=ENV) for i in range(2)]
+    codes = [finish(p) for p in procs]
+    logs = [(tmp_path / f"run{i}.log").read_text() for i in range(2)]
+    assert codes == [0, 0] and not [log for log in logs if "Traceback" in log], [log[-2000:] for log in logs]
+    dataset = tmp_path / "out" / "smoke"
+    names = sorted(p.name for p in dataset.glob("v0*"))
+    assert names in (["v0002"], ["v0001", "v0002"]) and os.readlink(dataset / "latest") == "v0002"
+    for name in names:
+        assert_valid(dataset / name)

@@ -118,9 +118,54 @@ def test_sigterm_stops_a_run_promptly_and_cleanly_and_a_rerun_continues(tmp_path
     assert stopped_rows + manifest(version)["usage"]["total"]["backend_calls"] == _ok_rows(cache)
 
 
+@pytest.mark.slow
+def test_ctrl_c_to_the_process_group_stops_in_seconds_and_a_rerun_continues(tmp_path):
+    """A terminal's Ctrl-C signals the whole group (Prefect's temporary server too): within 10 s, exit 130,
+    one error line, no traceback, no server left; the rerun repeats no completed call."""
+    import time
+
+    env = {**os.environ, "PREFECT_LOGGING_LEVEL": "ERROR"}
+    cache = tmp_path / "cache" / "llm.sqlite"
+    base = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "4", "--seed", "5",
+            "--outputs", str(tmp_path / "out"), "--cache", str(cache), "--workers", "4"]
+    log = tmp_path / "interrupted.log"
+    proc = start_in_group([*base, "--llm", "fake?latency_s=0.2"], log, env=env)
+    try:
+        while _ok_rows_so_far(cache) < 12:
+            assert proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.2)
+        children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        os.killpg(proc.pid, signal.SIGINT)
+        started = time.monotonic()
+        code = proc.wait(timeout=30)
+        took = time.monotonic() - started
+    finally:
+        kill_group(proc)
+    text = log.read_text()
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert code == 130 and took < 10, (code, took, text[-3000:])
+    assert errors == [text.strip().splitlines()[-1]] and "interrupted" in errors[0], text[-3000:]
+    assert "Traceback" not in text and "Aborted" not in text, text[-3000:]
+    assert children and not [pid for pid in children if Path(f"/proc/{pid}").exists()]  # the server is gone
+    assert not list((tmp_path / "out" / "smoke").glob("v0*"))
+    stopped_rows = _ok_rows(cache)
+    assert _run_cli([*base, "--llm", "fake"], env, tmp_path / "resumed.log") == 0
+    (version,) = (tmp_path / "out" / "smoke").glob("v0*")
+    assert stopped_rows + manifest(version)["usage"]["total"]["backend_calls"] == _ok_rows(cache)
+    print(f"\nCtrl-C to the group: exit {code} after {took:.1f} s, {stopped_rows} calls kept")
+
+
 def _run_cli(args: list[str], env: dict, log: Path) -> int:
     """Run the CLI in its own process group; afterwards kill what it left (Prefect's temporary server)."""
     return run_in_group(args, log, env=env)
+
+
+def _ok_rows_so_far(cache: Path) -> int:
+    """Completed calls in a cache another process may be creating right now (0 until its table exists)."""
+    try:
+        return _ok_rows(cache) if cache.exists() else 0
+    except sqlite3.OperationalError:
+        return 0
 
 
 def _ok_rows(cache: Path) -> int:

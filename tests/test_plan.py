@@ -1,6 +1,7 @@
 """Default-config statistics over 180 personas, determinism across N, and the plan/show commands."""
 
 import pyarrow.parquet as pq
+import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli.app import app
@@ -76,6 +77,26 @@ def test_eta_speed_comes_from_the_latest_burst_of_calls_else_a_probe(tmp_path):
         llm.cache.put(call(100 + i, 10_000.0 + 2 * i, 50))
     llm.cache.put(call(500, 20_000.0, 10**6, model="other"))  # another model's calls do not count
     assert recent_throughput(llm) == 25.0
+
+
+def test_first_eta_is_a_burst_at_the_runs_concurrency(tmp_path):
+    """An empty cache: `workers` beat-sized calls at once (the run's width), each call's time x calls / width;
+    measured once (the burst is cached), and the embedded model is one call at a time."""
+    from pipeline.config import load_config
+    from pipeline.llm import LLM
+    from pipeline.run.estimate import burst_seconds_per_call, estimate_run, run_concurrency
+    from schemas.llm import LLMSettings
+
+    config = load_config("smoke", n_personas=4)
+    llm = LLM(LLMSettings(llm="fake?latency_s=0.2", cache_path=tmp_path / "llm.sqlite"))
+    assert run_concurrency(config, llm, workers=3) == 3 and run_concurrency(config, llm, workers=16) == 4
+    estimate = estimate_run(config, llm, workers=3)
+    assert llm.cache.count("ok") == 3  # the burst: three calls, nothing else
+    per_call = burst_seconds_per_call(llm, 3)
+    assert per_call >= 0.2
+    assert estimate.eta_s == pytest.approx(estimate.llm_calls * per_call / 3, rel=0.01)
+    estimate_run(config, llm, workers=3)
+    assert llm.cache.count("ok") == 3  # measured once
 
 
 def test_progress_display_counts_model_calls_against_the_plan(tmp_path):

@@ -69,7 +69,9 @@ def test_personahub_sampling_dedups_and_is_seeded(tmp_path: Path):
         (b'{"persona": "ok"}\n{"persona": "  "}\n', r"p\.jsonl:2: \"persona\" must be a non-empty string"),
         (b"", r"p\.jsonl: empty file"),
         (b'{"persona": "ok"}\n\xff\xfe\x00garbage\n', r"p\.jsonl:2: not UTF-8"),
-        (b'{"persona": "ok"}\n\n{"persona": "b"}\n', r"p\.jsonl:2: blank line"),
+        (b'{"persona": "ok"}\n\n{"persona": "' + b"x" * 1_000_000 + b'"}\n',
+         r"p\.jsonl:3: \"persona\" is 1,000,000 characters; at most 2,000"),
+        (b'{"persona": "ok"}\n{"persona": "open\n', r"p\.jsonl:2: invalid JSON \(Unterminated string starting at column 13\)"),
         (b'["persona"]\n', r"p\.jsonl:1: missing key"),
     ],
 )
@@ -79,6 +81,14 @@ def test_personahub_malformed_file_names_file_and_line(tmp_path: Path, content: 
     with pytest.raises(SeedFileError, match=message) as info:
         load_personahub(path, 1, run_seed=1)
     assert "\n" not in str(info.value)
+
+
+def test_blank_lines_are_skipped_wherever_they_are(tmp_path: Path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b'\n{"persona": "A baker"}\n  \n{"persona": "A pilot"}\n\n')
+    seeds = load_personahub(path, 2, run_seed=1)
+    assert sorted(s.text for s in seeds) == ["A baker", "A pilot"]
+    assert sorted(s.origin for s in seeds) == ["p.jsonl:2", "p.jsonl:4"]
 
 
 def test_missing_personahub_file_is_one_line(tmp_path: Path):

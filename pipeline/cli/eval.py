@@ -36,7 +36,7 @@ def eval_command(
     max_tokens: Annotated[int, typer.Option(help="answer token budget")] = 512,
     temperature: Annotated[float, typer.Option(help="sampling temperature")] = 0.0,
     concurrency: Annotated[int, typer.Option(help="requests in flight")] = 8,
-    cache: Annotated[Path, typer.Option(help="LLM response cache")] = Path("outputs/.cache/llm.sqlite"),
+    cache: Annotated[Path | None, typer.Option(help="LLM response cache [default: OUTPUTS/.cache/llm.sqlite]")] = None,
     outputs: OutputsOpt = Path("outputs"),
 ) -> None:
     """Ask a model every placed query (PersonaMem's multiple-choice protocol); write <version>/evals/<name>/."""
@@ -48,7 +48,7 @@ def eval_command(
             raise UserError(f"--mode {mode!r}: use mcq or no-context")
         settings = EvalSettings(mode=mode, budget=parse_budget(budget) if budget else None, limit=limit, window=window)
         gateway = _gateway(llm, window=window, max_tokens=max_tokens, temperature=temperature,
-                           concurrency=concurrency, cache=cache)
+                           concurrency=concurrency, cache=cache or outputs / ".cache" / "llm.sqlite")
         version = resolve(dataset, outputs)
         with Progress(console=err_console, transient=True) as bar:
             task = bar.add_task("evaluating", total=None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -97,9 +98,11 @@ def generate(
     n: Annotated[int | None, typer.Option("--n", help="number of personas (default: the profile's)")] = None,
     profile: Annotated[str, typer.Option(help="smoke | default | paper | a YAML file")] = "default",
     seed: Annotated[int | None, typer.Option(help="run seed (default: the profile's)")] = None,
-    llm: Annotated[str | None, typer.Option("--llm", envvar="LLM", help="fake | local[:path.gguf] | openai:<model>")] = None,
+    llm: Annotated[str | None, typer.Option("--llm", envvar="LLM", help=(
+        "fake | local[:path.gguf] | openai:<model> (OPENAI_BASE_URL: any OpenAI-compatible server, "
+        "where OPENAI_API_KEY may be left unset)"))] = None,
     outputs: Annotated[Path, typer.Option(help="root folder of published datasets")] = Path("outputs"),
-    cache: Annotated[Path, typer.Option(help="LLM response cache (SQLite)")] = Path("outputs/.cache/llm.sqlite"),
+    cache: Annotated[Path | None, typer.Option(help="LLM response cache (SQLite) [default: OUTPUTS/.cache/llm.sqlite]")] = None,
     workers: Annotated[int, typer.Option(help="personas processed concurrently")] = 4,
     runner: Annotated[str, typer.Option(help="thread | dask")] = "thread",
     dask_address: Annotated[str | None, typer.Option(help="tcp://host:port of a Dask scheduler")] = None,
@@ -117,6 +120,9 @@ def generate(
     for option, value in (("--workers", workers), ("--keep", keep)):
         if value is not None and value < 1:
             raise fail(f"{option} {value}: must be at least 1")
+    cache = cache or outputs / ".cache" / "llm.sqlite"
+    created = [p for p in (cache, *cache.parents) if not p.exists()]  # what to remove if nothing is stored
+    gateway = None
     try:
         config = load_config(profile, n_personas=n, seed=seed)
         _preflight(config, outputs)
@@ -125,14 +131,36 @@ def generate(
         gateway.preflight()
         estimate = estimate_run(config, gateway, workers=workers)
     except (UserError, LLMError) as exc:
+        _drop_empty_cache(gateway, cache, created)
         raise fail(str(exc)) from None
+    except KeyboardInterrupt:  # Ctrl-C while planning: one line, not click's "Aborted!"
+        raise fail("interrupted before the run started; nothing published", code=130) from None
     console.print(_plan_table(estimate, config, gateway.name))
     if dry_run:
+        _drop_empty_cache(gateway, cache, created)
         return
     spec = RunSpec(config=config, llm=settings, outputs=outputs, keep=keep)
     path = _run(spec, runner=runner, workers=workers, dask_address=dask_address, total=config.n_personas,
                 calls=estimate.llm_calls)
-    _summary(path)
+    try:
+        _summary(path)
+    except KeyboardInterrupt:  # the version is complete; only the summary was cut short
+        raise fail(f"interrupted after publishing {path} (the version is complete)", code=130) from None
+
+
+def _drop_empty_cache(gateway, cache: Path, created: list[Path]) -> None:
+    """Remove the cache file (and folders) this command created, if it stored nothing in it (a failed
+    preflight, a dry run whose estimate made no call)."""
+    if gateway is not None:
+        if gateway.cache.count() > 0:
+            return
+        gateway.close()
+    if cache in created:
+        for path in (cache, cache.with_name(cache.name + "-wal"), cache.with_name(cache.name + "-shm")):
+            path.unlink(missing_ok=True)
+        for folder in created[1:]:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # deepest first, and only while empty
 
 
 def _preflight(config, outputs: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -11,6 +12,8 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
+
+from pipeline.llm.errors import CacheError
 
 KEY_SCHEME = 1
 
@@ -56,6 +59,16 @@ class CacheKey(BaseModel):
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _reason(exc: BaseException) -> str:
+    """The first line of an sqlite3 or OS error, with what sqlite means by its vaguest messages."""
+    text = (getattr(exc, "strerror", None) or str(exc)).splitlines()[0]
+    hints = {"unable to open database file": "is it a folder, or in a missing or unreadable one?",
+             "file is not a database": "the file holds something else",
+             "attempt to write a readonly database": "the file or its folder is read-only",
+             "database disk image is malformed": "the file is damaged; move it aside to start a new cache"}
+    return f"{text}: {hints[text]}" if text in hints else text
+
+
 class CallRecord(BaseModel):
     """One stored call: a success (raw + parsed output) or a failure (error)."""
 
@@ -81,18 +94,46 @@ class LLMCache:
 
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = 30_000) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, check_same_thread=False,
-                                   isolation_level=None)
-        self._db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.path, timeout=busy_timeout_ms / 1000, check_same_thread=False,
+                                       isolation_level=None)
+        except (OSError, sqlite3.Error) as exc:
+            raise CacheError(f"{self.path}: cannot open the LLM cache ({_reason(exc)})") from None
+        try:
+            self._open(busy_timeout_ms)
+        except (CacheError, sqlite3.Error) as exc:
+            self._db.close()
+            if isinstance(exc, CacheError):
+                raise
+            raise CacheError(f"{self.path}: cannot use the LLM cache ({_reason(exc)})") from None
+
+    def _open(self, busy_timeout_ms: int) -> None:
+        """Set the connection up, refuse another program's database or a damaged one, create the table."""
+        db = self._db
+        db.execute(f"PRAGMA busy_timeout={busy_timeout_ms}")
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if tables and "calls" not in tables:
+            raise CacheError(f"{self.path}: not an LLM cache (another database: tables "
+                             f"{', '.join(sorted(tables)[:5])}); pass another --cache")
+        if "calls" in tables:
+            columns = {row[1] for row in db.execute("PRAGMA table_info(calls)")}
+            missing = sorted(set(CallRecord.model_fields) - columns)
+            if missing:
+                raise CacheError(f"{self.path}: not an LLM cache (table calls lacks {', '.join(missing)})")
+            problem = db.execute("PRAGMA quick_check").fetchone()[0]
+            if problem != "ok":
+                first = next(line for line in problem.splitlines() if not line.startswith("***"))
+                raise CacheError(f"{self.path}: the LLM cache is damaged ({first}); move it aside to start "
+                                 "a new one")
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=NORMAL")
+        db.execute(_SCHEMA)
 
     def get(self, key: str) -> CallRecord | None:
         """The successful record for `key`, or None (failures are never hits)."""
-        with self._lock:
+        with self._lock, self._failing():
             cursor = self._db.execute("SELECT * FROM calls WHERE key = ? AND status = 'ok'", (key,))
             row = cursor.fetchone()
             names = [d[0] for d in cursor.description]
@@ -108,8 +149,16 @@ class LLMCache:
         # A failure never overwrites a success another thread or process stored meanwhile.
         sql = (f"INSERT INTO calls ({columns}) VALUES ({marks}) ON CONFLICT(key) DO UPDATE SET {updates} "
                "WHERE calls.status != 'ok' OR excluded.status = 'ok'")
-        with self._lock:
+        with self._lock, self._failing():
             self._db.execute(sql, tuple(data.values()))
+
+    @contextlib.contextmanager
+    def _failing(self):
+        """A database error mid-run (a page damaged since the open, a disk gone read-only) as one line."""
+        try:
+            yield
+        except sqlite3.DatabaseError as exc:
+            raise CacheError(f"{self.path}: the LLM cache failed ({_reason(exc)})") from None
 
     def recent(self, provider: str, model: str, limit: int = 500) -> list[tuple[float, int]]:
         """(created_at, output_tokens) of the latest calls to one model, failed ones included (their tokens

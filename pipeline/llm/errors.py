@@ -13,6 +13,10 @@ class ConfigError(LLMError, UserError):
     """The backend cannot work as configured (missing key, unreachable server, unknown model)."""
 
 
+class CacheError(LLMError, UserError):
+    """The response cache file cannot be used (not a cache, damaged, unwritable)."""
+
+
 class CacheMiss(LLMError, UserError):
     """cache_only mode and the request is not cached."""
 

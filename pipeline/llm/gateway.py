@@ -173,7 +173,7 @@ class LLM:
         return results
 
     def _messages(self, spec: PromptSpec, context: BaseModel) -> list[dict[str, str]]:
-        return [m.model_dump() for m in self.prompts.render(spec, context)]
+        return [m.model_dump() for m in self.prompts.render_located(spec, context)]
 
     def _schema(self, output: type[BaseModel]) -> dict:
         if output not in self._schemas:

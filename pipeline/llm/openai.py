@@ -7,6 +7,7 @@ Retries are the gateway's job, so the OpenAI client is built with max_retries=0.
 from __future__ import annotations
 
 import os
+import re
 from functools import cached_property
 
 import openai
@@ -18,6 +19,7 @@ from pipeline.llm.errors import CallFailed, ConfigError, RateLimited, TransientE
 from schemas.llm import LLMSettings
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+NO_KEY = "sk-no-key-required"  # sent to an OPENAI_BASE_URL server when OPENAI_API_KEY is unset
 
 
 class _PlainTextChatOpenAI(ChatOpenAI):
@@ -50,7 +52,10 @@ class OpenAIBackend:
         self.base_url = (os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
 
     def _api_key(self) -> str:
+        """OPENAI_API_KEY; a server of one's own (OPENAI_BASE_URL set) may need none, so it gets a placeholder."""
         key = os.environ.get("OPENAI_API_KEY")
+        if not key and self.base_url != DEFAULT_BASE_URL:
+            return NO_KEY
         if not key:
             raise ConfigError(f"OPENAI_API_KEY is not set (needed for LLM=openai:{self.model}); "
                               "set it, or use LLM=local for the embedded model")
@@ -68,7 +73,12 @@ class OpenAIBackend:
         """Check the key, that the server answers, and that it serves the model."""
         client = openai.OpenAI(api_key=self._api_key(), base_url=self.base_url, timeout=10, max_retries=0)
         try:
-            served = [m.id for m in client.models.list()]
+            raw = client.models.with_raw_response.list()
+            kind = raw.headers.get("content-type", "")
+            if "json" not in kind:
+                raise ConfigError(f"{self.base_url}/models answered HTTP {raw.status_code} with {kind or 'no type'}"
+                                  f"{_html_hint(raw.text)}, not the OpenAI API: check OPENAI_BASE_URL")
+            served = [m.id for m in raw.parse()]
         except openai.AuthenticationError as exc:
             raise ConfigError(f"{self.base_url} rejected OPENAI_API_KEY (HTTP {exc.status_code})") from None
         except openai.APIConnectionError as exc:
@@ -98,6 +108,11 @@ class OpenAIBackend:
             return BackendReply(text="", finish_reason="content_filter")
         except openai.APIError as exc:
             raise _map_error(exc) from None
+        except ValueError as exc:  # LangChain's "Unexpected response type": a 200 that is not a completion
+            if "Unexpected response type" not in str(exc):
+                raise
+            raise ConfigError(f"{self.base_url}/chat/completions answered with something that is not a "
+                              f"completion{_html_hint(str(exc))}: check OPENAI_BASE_URL") from None
         return _reply(message)
 
 
@@ -131,6 +146,14 @@ def _map_error(exc: openai.APIError) -> Exception:
     if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError | openai.NotFoundError):
         return ConfigError(f"HTTP {exc.status_code}: {exc.message}")
     return CallFailed(f"request rejected: {exc.message}")
+
+
+def _html_hint(text: str) -> str:
+    """' (an HTML page titled "...")' when a reply is HTML, else ''."""
+    match = re.search(r"<title>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+    if match:
+        return f' (an HTML page titled "{" ".join(match.group(1).split())[:80]}")'
+    return " (an HTML page)" if "<html" in text.lower() else ""
 
 
 def _retry_after(response) -> float | None:

@@ -27,6 +27,8 @@ MIN_MEASURED = 3
 # embedded default) needed 2.7 samples a beat and 1.9 a query in one default-profile persona; other
 # backends start at 1.
 TYPICAL_ATTEMPTS = {"local": {"beat": 2.7, "query": 1.9}}
+# The measuring burst: beat-sized calls under their own name, so the cache's measures of beats leave them out.
+BURST = replace(BEAT, name="estimate.burst")
 PROMPT_SPEEDUP = 8.0  # prompt tokens are processed this many times faster than tokens are generated
 
 
@@ -83,6 +85,31 @@ def probe_speed(llm: LLM) -> float | None:
     if record is None or record.latency_s <= 0 or record.output_tokens <= 0:
         return None
     return record.output_tokens / record.latency_s
+
+
+def run_concurrency(config: RunConfig, llm: LLM, *, workers: int) -> int:
+    """Calls the run keeps in flight: one per persona being processed (a persona's stages mostly wait on
+    each other), at most ``max_concurrency``; the embedded model answers one at a time."""
+    if llm.backend.provider == "local":
+        return 1
+    return max(1, min(workers, config.n_personas, llm.settings.max_concurrency))
+
+
+def burst_seconds_per_call(llm: LLM, parallel: int) -> float | None:
+    """Mean seconds of a beat-sized call while ``parallel`` of them run at once: a short burst of that many
+    calls (a beat's sample context, one sample index each), cached, so measured once per model and width.
+
+    One short probe call knew neither the server's queueing at the run's concurrency nor the run's
+    request sizes (against an 8-slot llama.cpp server its ETA was 20x too short).
+    """
+    context = BURST.sample_context()
+    indices = list(range(parallel))
+    missing = [i for i in indices if llm.cache.get(llm.cache_key(BURST, context, sample_index=i)) is None]
+    if missing:
+        llm.generate_each(BURST, [context] * len(indices), sample_index=indices, stage="estimate")
+    records = [llm.cache.get(llm.cache_key(BURST, context, sample_index=i)) for i in indices]
+    latencies = [r.latency_s for r in records if r is not None and r.latency_s > 0]
+    return sum(latencies) / len(latencies) if latencies else None
 
 
 def call_labels(config: RunConfig) -> dict[str, str]:
@@ -151,6 +178,17 @@ def filler_calls(config: RunConfig, counts: dict[str, float], sizes: dict[str, f
     return max(config.text.filler_pool_size, math.ceil(filler_need(config, [int(own)]) / max(sizes["filler"], 1.0)))
 
 
+def _first_eta(config: RunConfig, llm: LLM, *, workers: int, calls: float, out: float, inp: int) -> float | None:
+    """The ETA before this cache holds a burst of this model's work: the calls, as many at a time as the run
+    keeps in flight, each as long as a measured burst at that width said; else the single probe's speed."""
+    parallel = run_concurrency(config, llm, workers=workers)
+    per_call = burst_seconds_per_call(llm, parallel)
+    if per_call:
+        return calls * per_call / parallel
+    probe = probe_speed(llm)
+    return (out + inp / PROMPT_SPEEDUP) / (probe * parallel) if probe else None
+
+
 def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
     """Sizes from the plan, tokens per call as measured on this model (else typical), time from its measured speed."""
     counts = per_persona_counts(config)
@@ -167,10 +205,8 @@ def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
     if speed is not None:  # a real burst already paid for its prompts, queueing and concurrency
         eta = out / speed
     else:
-        probe = probe_speed(llm)
-        parallel = 1 if llm.backend.provider == "local" else min(workers * 4, llm.settings.max_concurrency)
-        speed = probe * parallel if probe else None
-        eta = (out + inp / PROMPT_SPEEDUP) / speed if speed else None
+        eta = _first_eta(config, llm, workers=workers, calls=calls, out=out, inp=inp)
+        speed = out / eta if eta else None
     price = llm.settings.prices.get(llm.backend.model)
     cost = (inp * price.input_per_mtok + out * price.output_per_mtok) / 1e6 if price else None
     return Estimate(personas=n, sessions=int(counts["sessions"] * n), llm_calls=int(calls), output_tokens=int(out),

@@ -8,7 +8,8 @@
 It runs its own event loop in a background thread, so injected latency costs no thread per request.
 Answers are valid instances of the request's json_schema response format (seeded by the request body).
 Faults: rate_limit (429 + Retry-After), server_error (500), malformed (content is not JSON),
-length (finish_reason=length), slow (sleeps `slow_s` before answering).
+length (finish_reason=length), slow (sleeps `slow_s` before answering); `html=True` answers every
+request 200 with an HTML page (a proxy's or a captive portal's page instead of the API).
 `python -m tests.support.openai_server 0.2` serves in the foreground and prints the base URL.
 """
 
@@ -41,13 +42,14 @@ class OpenAIServer:
 
     def __init__(self, *, latency_s: float = 0.0, models: tuple[str, ...] = ("test-model",),
                  retry_after_s: float = 0.1, slow_s: float = 5.0, api_key: str | None = None,
-                 responder: Callable[[dict], str] = schema_answer) -> None:
+                 responder: Callable[[dict], str] = schema_answer, html: bool = False) -> None:
         self.latency_s = latency_s
         self.models = models
         self.retry_after_s = retry_after_s
         self.slow_s = slow_s
         self.api_key = api_key
         self.responder = responder
+        self.html = html
         self.requests = 0
         self.bodies: list[dict] = []
         self.faults: dict[int, ServerFault] = {}
@@ -105,6 +107,8 @@ class OpenAIServer:
 
     async def _route(self, method: str, path: str, headers: dict[str, str], body: bytes) -> tuple:
         """(status, payload, extra headers) for one request."""
+        if self.html:
+            return 200, HTML_PAGE, {}
         if self.api_key and headers.get("authorization") != f"Bearer {self.api_key}":
             return 401, {"error": {"message": "invalid api key", "type": "invalid_request_error"}}, {}
         if method == "GET" and path.rstrip("/").endswith("/models"):
@@ -145,10 +149,14 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str, dict[st
     return method, path, headers, body
 
 
-def _response(status: int, payload: dict, headers: dict[str, str]) -> bytes:
-    """One complete HTTP/1.1 response, written in a single send."""
-    data = json.dumps(payload).encode()
-    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "Content-Type: application/json",
+HTML_PAGE = "<!DOCTYPE html><html><head><title>Sign in</title></head><body><p>Please sign in.</p></body></html>"
+
+
+def _response(status: int, payload: dict | str, headers: dict[str, str]) -> bytes:
+    """One complete HTTP/1.1 response (JSON, or HTML for a str payload), written in a single send."""
+    data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
+    kind = "text/html; charset=utf-8" if isinstance(payload, str) else "application/json"
+    lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", f"Content-Type: {kind}",
              f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in headers.items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
 

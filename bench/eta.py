@@ -1,0 +1,73 @@
+"""ETA benchmark: the first ETA of a smoke run against the loopback OpenAI server with latency, against the
+time the run then takes.
+
+The plan's ETA is made on an empty cache (nothing learnt yet, as on a first run against a new server):
+the measuring burst is all it knows. The run is timed from the flow's start to its publish, under a Prefect
+test server started beforehand (its start-up is not the run's). Target: the ratio within 1/1.5 and 1.5.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+N = int(os.environ.get("BENCH_ETA_N", "4"))
+LATENCY_S = float(os.environ.get("BENCH_ETA_LATENCY_S", "0.3"))
+WORKERS = 4
+
+
+def measure(root: Path) -> tuple[float, float, int]:
+    """(first ETA in s, measured run time in s, model calls of the run) against a fresh loopback server."""
+    from flows.generate import run_generate
+    from pipeline.config import load_config
+    from pipeline.llm import LLM
+    from pipeline.run.estimate import estimate_run
+    from pipeline.run.jobs import RunSpec
+    from schemas.llm import LLMSettings
+    from tests.support.openai_server import OpenAIServer
+
+    config = load_config("smoke", n_personas=N)
+    settings = LLMSettings(llm="openai:test-model", cache_path=root / "cache" / "llm.sqlite")
+    with OpenAIServer(latency_s=LATENCY_S) as server:
+        os.environ.update(OPENAI_API_KEY="sk-bench-loopback", OPENAI_BASE_URL=server.base_url)
+        gateway = LLM(settings)
+        gateway.preflight()
+        estimate = estimate_run(config, gateway, workers=WORKERS)
+        gateway.close()
+        before = server.requests
+        started = time.perf_counter()
+        run_generate(RunSpec(config=config, llm=settings, outputs=root / "out"), workers=WORKERS)
+        elapsed = time.perf_counter() - started
+        calls = server.requests - before
+    return estimate.eta_s or 0.0, elapsed, calls
+
+
+def run() -> list[dict]:
+    from prefect.testing.utilities import prefect_test_harness
+
+    os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")
+    os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+    saved = {k: os.environ.get(k) for k in ("OPENAI_API_KEY", "OPENAI_BASE_URL")}
+    try:
+        with tempfile.TemporaryDirectory() as tmp, prefect_test_harness(server_startup_timeout=180):
+            eta, elapsed, calls = measure(Path(tmp))
+    finally:
+        for key, value in saved.items():
+            os.environ.pop(key, None) if value is None else os.environ.__setitem__(key, value)
+    return [
+        {"figure": f"smoke N={N}, loopback server {LATENCY_S} s latency: run time", "value": elapsed, "unit": "s",
+         "target": None, "ratio": None},
+        {"figure": "model calls of the run", "value": calls, "unit": "calls", "target": None, "ratio": None},
+        {"figure": "first ETA (empty cache) against the run time", "value": eta, "unit": "s",
+         "target": "1/1.5-1.5", "ratio": eta / elapsed if elapsed else None},
+    ]
+
+
+if __name__ == "__main__":
+    for row in run():
+        print(f"{row['figure']:<60} {row['value']:>10.2f} {row['unit']:<6} ratio={row['ratio']}")

@@ -1,0 +1,77 @@
+"""Prefect's temporary API server, started by us in a process group of its own.
+
+A terminal's Ctrl-C (and `timeout`) signals the whole foreground process group. Started by Prefect
+itself, the temporary server is in that group and dies at once, and the interrupted run then spends
+a minute retrying its lost API before it ends in a traceback. Started here, the server is outside the
+group: the run stops its model calls, reports its state, and Prefect's own exit hook stops the server.
+On Linux the server also gets SIGTERM when this process dies (kill -9 leaves no server behind).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import functools
+import signal
+import subprocess
+import sys
+import types
+
+from pipeline.errors import UserError
+
+PR_SET_PDEATHSIG = 1
+STARTUP_TIMEOUT_S = 60  # Prefect's default of 20 s is too short on a loaded machine
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: ask for SIGTERM when the parent dies (Linux; elsewhere a no-op)."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+
+
+@contextlib.contextmanager
+def _popen_in_own_group(module: types.ModuleType):
+    """While active, ``module.subprocess.Popen`` starts its child in a new process group."""
+    popen = functools.partial(subprocess.Popen, process_group=0, preexec_fn=_die_with_parent)
+    real = module.subprocess
+    module.subprocess = types.SimpleNamespace(**{**vars(subprocess), "Popen": popen})
+    try:
+        yield
+    finally:
+        module.subprocess = real
+
+
+def uses_temporary_server() -> bool:
+    """Whether a flow run here would start Prefect's temporary server (no PREFECT_API_URL set)."""
+    from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
+
+    return not PREFECT_API_URL.value() and bool(PREFECT_SERVER_EPHEMERAL_ENABLED.value())
+
+
+def start_temporary_server() -> int | None:
+    """Start the temporary server outside our process group, unless a server is configured or running.
+
+    Prefect's clients find it as their own (one instance per process), and its exit hook stops it.
+    Returns the server's pid, or None when no temporary server is used.
+    """
+    if not uses_temporary_server():
+        return None
+    import prefect.server.api.server as module
+
+    class OwnGroupServer(module.SubprocessASGIServer):
+        def _run_uvicorn_command(self) -> subprocess.Popen:
+            with _popen_in_own_group(module):
+                return super()._run_uvicorn_command()
+
+    from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
+
+    timeout = max(STARTUP_TIMEOUT_S, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
+    server = OwnGroupServer()  # the process-wide instance: an already running one is returned as it is
+    try:
+        server.start(timeout=timeout)
+    except RuntimeError as exc:  # Prefect's message carries the server's whole output
+        raise UserError(f"Prefect's temporary server did not start within {timeout} s "
+                        f"({str(exc).splitlines()[0][:200]}); on a busy machine raise "
+                        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or set PREFECT_API_URL") from None
+    return server.server_process.pid if server.server_process else None
