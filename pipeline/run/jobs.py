@@ -16,6 +16,7 @@ from pipeline.dataset import publish
 from pipeline.errors import UserError
 from pipeline.filler import filler_need, filter_filler, write_filler_pool
 from pipeline.generate_queries import generate_queries
+from pipeline.queries.filtering import filter_queries
 from pipeline.llm import LLM
 from pipeline.llm.factory import backend_name, resolve_backend_string
 from pipeline.prompting import PromptEnv
@@ -89,7 +90,8 @@ def persona_job(seed: PersonaSeed, spec: RunSpec) -> JobResult:
         return JobResult(result=cached, usage=UsageSummary(), from_checkpoint=True)
     llm = LLM(spec.llm)
     text = build_persona_text(seed, config=spec.config, llm=llm)
-    queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=spec.config)
+    queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=spec.config,
+                                     inventory=text.inventory)
     result = PersonaResult(text=text, queries=queries, query_stats=stats.model_dump(mode="json"))
     spec.checkpoints.save(seed, key, result)
     return JobResult(result=result, usage=llm.usage_summary(), from_checkpoint=False)
@@ -178,12 +180,24 @@ def check_failures(spec: RunSpec, n: int, failures: list[Failure]) -> None:
                         f"nothing published; first: persona {first.persona_index}: {first.reason}")
 
 
+def probe_and_filter(results: list[PersonaResult], config: RunConfig) -> tuple[list, dict]:
+    """Every persona's queries through the option-only probe and the adversarial filter (fails closed),
+    with the probe's report for the manifest; the queries unchanged when the probe is off."""
+    queries = [q for r in results for q in r.queries]
+    if not config.queries.probe.enabled:
+        return queries, {}
+    personas = {r.text.persona.persona_id: (r.text.persona, r.text.timeline, r.text.sessions, r.text.inventory)
+                for r in results}
+    kept, report = filter_queries(queries, personas, config=config)
+    return kept, {"probe": report.summary()}
+
+
 def publish_run(spec: RunSpec, results: list[PersonaResult], kept_filler: list[SessionWithTurns], *,
                 usage: UsageSummary, failures: list[Failure], models: list[str], extra_stats: dict) -> Path:
     """Assemble every context over the (checked) filler pool, validate and publish one immutable version."""
     config = spec.config
     sessions = [s for r in results for s in r.text.sessions] + kept_filler
-    queries = [q for r in results for q in r.queries]
+    queries, probe_stats = probe_and_filter(results, config)
     personas = [r.text.persona for r in results]
     assembly = assemble_all(personas, sessions, queries, settings=config.assembly, run_seed=config.seed)
     placed = {p.query_id for p in assembly.placements}
@@ -198,7 +212,7 @@ def publish_run(spec: RunSpec, results: list[PersonaResult], kept_filler: list[S
         "contexts": assembly.contexts,
         "placements": assembly.placements,
     }
-    stats = {**extra_stats, "assembly_unplaced": assembly.unplaced,
+    stats = {**extra_stats, **probe_stats, "assembly_unplaced": assembly.unplaced,
              "queries_unplaced": len(queries) - len(tables["queries"])}
     info = PublishInfo(config=config, template_fingerprints=template_fingerprints(), models=models,
                        usage=usage.model_dump(mode="json"), failures=failures, stats=stats)
