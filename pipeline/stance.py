@@ -9,14 +9,15 @@ import re
 
 
 LIKE = (r"can'?t get enough of", r"(?:am|i'm|really|still|now) into", r"fond of", r"keen on", r"fan of",
-        r"drawn to", r"come to (?:enjoy|love|like|appreciate)", r"lov(?:e|es|ing)", r"enjoy(?:s|ing)?",
+        r"drawn to", r"hooked on", r"my thing", r"crazy about", r"passionate about", r"come to (?:enjoy|love|like|appreciate)", r"lov(?:e|es|ing)", r"enjoy(?:s|ing)?",
         r"ador(?:e|es|ing)", r"(?:i|really|also|still|genuinely|do|actually|now|we) like", r"likes",
         r"favou?rites?", r"appreciat(?:e|es|ing)", r"relish", r"excited about", r"looking forward to")
 DISLIKE = (r"can'?t stand", r"cannot stand", r"gone off", r"fed up with", r"tired of", r"sick of", r"put off by",
            r"lost (?:interest|my taste) (?:in|for)", r"stay(?:ing)? away from", r"steer(?:ing)? clear of",
            r"turned off by", r"not for me", r"dislik(?:e|es|ing)", r"hat(?:e|es|ing)", r"loath(?:e|es|ing)",
            r"detest(?:s|ing)?", r"avoid(?:s|ing)?", r"no longer want", r"(?:do|did|does)n'?t want", r"skip(?:s|ping)?",
-           r"turn(?:ed|ing)? down", r"gave up on", r"(?:do|does|did)n'?t (?:really )?(?:like|enjoy|love)",
+           r"turn(?:ed|ing)? down", r"gave up on", r"off the (?:menu|table|list)", r"off my list", r"done with",
+           r"over it", r"not my thing", r"no more", r"cut out", r"cut back on", r"stopped", r"not a big fan", r"(?:do|does|did)n'?t (?:really )?(?:like|enjoy|love)",
            r"(?:do|does|did) not (?:really )?(?:like|enjoy|love)")
 _CUES = [(re.compile(rf"\b{c}\b"), "like") for c in LIKE] + [(re.compile(rf"\b{c}\b"), "dislike") for c in DISLIKE]
 _NEGATION = re.compile(r"\b(?:not|never|no longer|stopped|quit|barely|hardly|don'?t|doesn'?t|didn'?t|isn'?t|"

@@ -24,6 +24,7 @@ from pipeline.run.checkpoint import Checkpoints, PersonaResult, run_fingerprint
 from pipeline.run.estimate import OUTPUT_TOKENS
 from pipeline.run.persona_text import build_persona_text
 from pipeline.specs import ALL_SPECS
+from pipeline.stance import stance_problem
 from schemas.config import RunConfig
 from schemas.conversation import SessionWithTurns
 from schemas.llm import LLMSettings, UsageSummary
@@ -192,6 +193,20 @@ def probe_and_filter(results: list[PersonaResult], config: RunConfig) -> tuple[l
     return kept, {"probe": report.summary()}
 
 
+def stance_counts(results: list[PersonaResult]) -> dict[str, int]:
+    """The stance check over the run: beats whose model turn it rejected (then regenerated or replaced by
+    code), and, over the published user turns voicing a version, how many it still finds contradicting."""
+    rejected = sum(n for r in results for k, n in r.text.stats.problems.items() if "stance" in k)
+    versions = {p.key: p for r in results for p in r.text.timeline.preferences}
+    voiced = [(t, versions[t.pref_versions[-1]]) for r in results for s in r.text.sessions for t in s.turns
+              if t.role == "user" and t.pref_versions and t.pref_versions[-1] in versions]
+    failing = sum(stance_problem(t.content, v.item, v.stance) is not None for t, v in voiced)
+    return {"beats": sum(r.text.stats.beats for r in results), "rejected_by_stance": rejected,
+            "regenerated": sum(r.text.stats.regenerated for r in results),
+            "replaced_by_code": sum(r.text.stats.fallback_beats for r in results),
+            "voicing_turns": len(voiced), "voicing_turns_failing": failing}
+
+
 def publish_run(spec: RunSpec, results: list[PersonaResult], kept_filler: list[SessionWithTurns], *,
                 usage: UsageSummary, failures: list[Failure], models: list[str], extra_stats: dict) -> Path:
     """Assemble every context over the (checked) filler pool, validate and publish one immutable version."""
@@ -212,7 +227,7 @@ def publish_run(spec: RunSpec, results: list[PersonaResult], kept_filler: list[S
         "contexts": assembly.contexts,
         "placements": assembly.placements,
     }
-    stats = {**extra_stats, **probe_stats, "assembly_unplaced": assembly.unplaced,
+    stats = {**extra_stats, **probe_stats, "stance_checks": stance_counts(results), "assembly_unplaced": assembly.unplaced,
              "queries_unplaced": len(queries) - len(tables["queries"])}
     info = PublishInfo(config=config, template_fingerprints=template_fingerprints(), models=models,
                        usage=usage.model_dump(mode="json"), failures=failures, stats=stats)
