@@ -13,10 +13,11 @@ from __future__ import annotations
 import random
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, Field
-from scipy.sparse import csr_matrix, hstack
+from scipy.sparse import csr_matrix, hstack, vstack
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.linear_model import SGDClassifier
 
@@ -51,7 +52,7 @@ class ProbeResult(BaseModel):
         return None
 
 
-def pair_texts(query: Query) -> list[str]:
+def pair_texts(query) -> list[str]:
     """One text per option: its words, and the same crossed with the query type. The question's own
     words add one constant to every option of a query, so they could not move its answer; the type
     (what the question asks) enters through the crossing and the question's words through the overlap."""
@@ -64,7 +65,7 @@ def pair_texts(query: Query) -> list[str]:
     return out
 
 
-def length_features(query: Query) -> list[list[float]]:
+def length_features(query) -> list[list[float]]:
     """Per option: length relative to the query's mean, longest, shortest, words shared with the question."""
     lengths = [len(o.text.split()) for o in query.options]
     mean = sum(lengths) / len(lengths) or 1.0
@@ -74,10 +75,39 @@ def length_features(query: Query) -> list[list[float]]:
 
 
 def featurize(queries: Sequence[Query]) -> csr_matrix:
-    """One row per (query, option), in query order then option order."""
-    texts = [t for q in queries for t in pair_texts(q)]
-    lengths = np.array([row for q in queries for row in length_features(q)], dtype=float)
-    return hstack([_VECTORIZER.transform(texts), csr_matrix(lengths)]).tocsr()
+    """One row per (query, option), in query order then option order. A query's rows are computed once
+    per wording, in one batch for all new wordings (the filter re-probes a set where only the redrawn
+    queries changed)."""
+    keys = [(q.type, q.question, tuple(o.text for o in q.options)) for q in queries]
+    new = [k for k in dict.fromkeys(keys) if k not in _ROWS]
+    if new:
+        if len(_ROWS) > 200_000:
+            _ROWS.clear()
+        shapes = [_Shape(type=t, question=question, options=[_Text(text=x) for x in texts]) for t, question, texts in new]
+        lengths = np.array([row for q in shapes for row in length_features(q)], dtype=float)
+        block = hstack([_VECTORIZER.transform([t for q in shapes for t in pair_texts(q)]), csr_matrix(lengths)]).tocsr()
+        at = 0
+        for key in new:
+            _ROWS[key] = block[at: at + len(key[2])]
+            at += len(key[2])
+    return vstack([_ROWS[k] for k in keys]).tocsr()
+
+
+_ROWS: dict[tuple, csr_matrix] = {}  # feature rows per (type, question, option texts): a pure cache
+
+
+@dataclass(frozen=True)
+class _Text:
+    text: str
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What the probe reads of a query: its type, question and option texts."""
+
+    type: str
+    question: str
+    options: list[_Text]
 
 
 def persona_folds(queries: Sequence[Query], folds: int, rng: random.Random) -> list[int]:
