@@ -121,6 +121,8 @@ class ProbeSettings(Strict):
                               description="probability of the correct option above which a right answer counts as confident")
     filter_budget: float = Field(default=0.25, ge=0.0, le=1.0,
                                  description="largest share of the queries the filter may redraw or drop")
+    filter_above: float = Field(default=0.27, ge=0.0, le=1.0,
+                                description="only types the probe answers more often than this are filtered")
     filter_passes: int = Field(default=1, ge=0, le=5, description="probe-and-redraw passes before the last drop")
     max_accuracy: float = Field(default=0.30, gt=0.0, le=1.0,
                                 description="publishing fails when the probe's overall accuracy stays above this")

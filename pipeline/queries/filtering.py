@@ -53,13 +53,13 @@ def filter_queries(queries: list[Query], personas: dict[str, PersonaInput], *, c
     left = report.budget if enforced else 0
     facts: dict[str, Facts] = {}
     for k in range(s.filter_passes):
-        leaks = sorted(result.leaks())[:left]
+        leaks = _targets(result, queries, s.filter_above)[:left]
         if not leaks:
             break
         queries = [_redrawn(q, personas, facts, config, k, report) if q.query_id in leaks else q for q in queries]
         left -= len(leaks)
         result = probe(queries)
-    drop = set(sorted(result.leaks())[:left])
+    drop = set(_targets(result, queries, s.filter_above)[:left])
     if drop:
         report.dropped = dict(Counter(q.type for q in queries if q.query_id in drop))
         queries = [q for q in queries if q.query_id not in drop]
@@ -70,6 +70,14 @@ def filter_queries(queries: list[Query], personas: dict[str, PersonaInput], *, c
                           f"{sum(report.redrawn.values())} redrawn / {sum(report.dropped.values())} dropped "
                           f"(queries.probe.max_accuracy); nothing published")
     return queries, report
+
+
+def _targets(result: ProbeResult, queries: list[Query], above: float) -> list[str]:
+    """The probe's confident hits among the types it answers more often than ``above`` (filtering a type
+    already near chance would only push it below chance, which leaks the answer the other way)."""
+    hot = {t for t, acc in result.by_type.items() if acc > above}
+    leaks = result.leaks()
+    return sorted(q.query_id for q in queries if q.type in hot and q.query_id in leaks)
 
 
 def _redrawn(query: Query, personas: dict[str, PersonaInput], facts: dict[str, Facts], config: RunConfig,
