@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import re
 
-
 LIKE = (r"can'?t get enough of", r"(?:am|i'm|really|still|now) into", r"fond of", r"keen on", r"fan of",
         r"drawn to", r"hooked on", r"my thing", r"crazy about", r"passionate about", r"come to (?:enjoy|love|like|appreciate)", r"lov(?:e|es|ing)", r"enjoy(?:s|ing)?",
         r"ador(?:e|es|ing)", r"(?:i|really|also|still|genuinely|do|actually|now|we) like", r"likes",

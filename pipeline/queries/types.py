@@ -9,7 +9,6 @@ distractor takes is also the correct answer somewhere: "you have not told me" in
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from datetime import datetime
 from typing import Literal

@@ -16,10 +16,10 @@ from pipeline.dataset import publish
 from pipeline.errors import UserError
 from pipeline.filler import filler_need, filter_filler, write_filler_pool
 from pipeline.generate_queries import generate_queries
-from pipeline.queries.filtering import filter_queries
 from pipeline.llm import LLM
 from pipeline.llm.factory import backend_name, resolve_backend_string
 from pipeline.prompting import PromptEnv
+from pipeline.queries.filtering import filter_queries
 from pipeline.run.checkpoint import Checkpoints, PersonaResult, run_fingerprint
 from pipeline.run.estimate import OUTPUT_TOKENS
 from pipeline.run.persona_text import build_persona_text
