@@ -373,7 +373,12 @@ def place_query(context: Context, lay: Layout, prefixes: dict[str, list[int]], q
         end_tokens = lay.tok_start[j] + turns[query.anchor_turn_index]
         end_session = j
     if not query.evidence:
-        return "no_evidence"
+        if not query.abstains():
+            return "no_evidence"
+        # an abstention's evidence is the absence of a voicing: the whole history before the question
+        return Placement(context_id=context.context_id, query_id=query.query_id, end_index=end_index,
+                         context_tokens=end_tokens, distance_tokens=end_tokens, distance_sessions=end_session,
+                         evidence_position=0.0)
     nearest = None
     for ev in query.evidence:
         j = position.get(ev.session_id)

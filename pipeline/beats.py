@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from pipeline.catalog import load_taxonomy
 from pipeline.periods import PeriodWindow, period_windows
 from pipeline.rng import derive_rng
+from pipeline.stance import stance_problem
 from schemas.config import RunConfig
 from schemas.drafts import BeatKind
 from schemas.ids import stable_id
@@ -144,6 +145,8 @@ def beat_problem(beat: Beat, user: str, assistant: str, *, unvoiced: list[str], 
         return f"user turn does not mention {beat.item!r}"
     if beat.kind == "preference_update" and _STALE.search(user):
         return "user turn restates the old preference"
+    if beat.item and beat.stance and beat.kind != "life_event" and (problem := stance_problem(user, beat.item, beat.stance)):
+        return problem
     leaked = [i for i in unvoiced if mentions(assistant, i)]
     if leaked:
         return f"assistant mentions {leaked[0]!r}, which the user has not voiced"
@@ -152,16 +155,21 @@ def beat_problem(beat: Beat, user: str, assistant: str, *, unvoiced: list[str], 
 
 def fallback_exchange(beat: Beat, topic_label: str) -> tuple[str, str]:
     """A plain, code-written exchange that voices the beat's fact (used when the model keeps failing)."""
+    plain = f"I {'really enjoy' if beat.stance == 'like' else 'really dislike'} {beat.item}."
     if beat.kind == "initial_preference":
-        user = f"I {'really enjoy' if beat.stance == 'like' else 'really dislike'} {beat.item}."
+        tries = [plain]
     elif beat.kind == "preference_update":
         why = (beat.reason or f"I {beat.event}").rstrip(".")
         now = "I've come to enjoy" if beat.stance == "like" else "I no longer want"
-        user = f"Something changed for me: {why}. Since then, {now} {beat.item}."
+        tries = [f"Something changed for me: {why}. Since then, {now} {beat.item}.",
+                 f"Something changed for me. Since then, {now} {beat.item}.", plain]
     elif beat.kind == "routine":
-        user = f"By the way, I {beat.event}."
+        tries = [f"By the way, I {beat.event}.", f"By the way, I {beat.event}. {plain}", plain]
     else:
-        user = f"Some news from my life: I {beat.event}."
+        tries = [f"Some news from my life: I {beat.event}."]
+    # the first wording that passes the stance check (the plain statement always does)
+    user = next((t for t in tries if not beat.item or not beat.stance or stance_problem(t, beat.item, beat.stance) is None),
+                tries[-1])
     assistant = f"Thank you for telling me. I'll keep that in mind when we talk about {topic_label}."
     return user, assistant
 

@@ -59,7 +59,9 @@ def render_card(manifest: Manifest, tables: dict[str, list[BaseModel]]) -> str:
         _inside(manifest),
         _made(manifest),
         _counts(tables, manifest.stats.get("assembly_unplaced", {})),
-        _baselines(queries),
+        _baselines(queries, manifest.stats.get("probe")),
+        _forms(queries),
+        _filtering(manifest.stats.get("probe"), manifest.stats.get("stance_checks")),
         _loading(manifest),
         _limitations(),
     ]
@@ -118,15 +120,52 @@ def _counts(tables: dict[str, list[BaseModel]], unplaced: dict[str, int]) -> str
                + ", ".join(f"{reason} {n}" for reason, n in sorted(unplaced.items())) + ".\n" if unplaced else ""))
 
 
-def _baselines(queries: list) -> str:
+def _baselines(queries: list, probe: dict | None = None) -> str:
     rows = [
         ["random guess", f"{chance_accuracy(queries):.1%}"],
         ["longest option", f"{longest_option_accuracy(queries):.1%}"],
         ["most content words shared with the question", f"{lexical_overlap_accuracy(queries):.1%}"],
     ]
+    after = (probe or {}).get("after") or {}
+    if after.get("accuracy") is not None:
+        rows.append(["option-only probe (classifier on question + options, persona-held-out)", f"{after['accuracy']:.1%}"])
+        rows += [[f"option-only probe, {t}", f"{a:.1%}"] for t, a in sorted(after.get("by_type", {}).items())]
     return ("## No-context baselines\n\nAccuracy of answering without any history (ties split evenly). "
-            "Values near chance mean the options do not give the answer away.\n\n"
+            "Values near chance mean the options do not give the answer away. The probe is a logistic "
+            "regression on word n-grams and lengths of each (question, option), trained on other personas "
+            "(`personagen audit` reruns it).\n\n"
             + _table(["baseline", "accuracy"], rows))
+
+
+def _forms(queries: list) -> str:
+    """Which form the correct answer takes, per type: a statement, "you have not told me", "no change"."""
+    mix: dict[str, Counter] = defaultdict(Counter)
+    for q in queries:
+        mix[q.type][q.provenance.get("form", "statement")] += 1
+    forms = ("statement", "abstention", "no_change")
+    rows = [[t, *(f"{c[f] / sum(c.values()):.0%}" for f in forms)] for t, c in sorted(mix.items())]
+    return ("## Form of the correct answer per type\n\nEvery form a distractor takes is also the right answer "
+            "somewhere, so no form gives the answer away.\n\n" + _table(["type", *forms], rows))
+
+
+def _filtering(probe: dict | None, stance: dict | None) -> str:
+    """What the adversarial filter and the stance check did."""
+    parts = ["## Filtering\n"]
+    if probe:
+        before, after = probe.get("before", {}), probe.get("after", {})
+        types = sorted(set(probe.get("redrawn", {})) | set(probe.get("dropped", {})) | set(before.get("by_type", {})))
+        rows = [[t, f"{before.get('by_type', {}).get(t, 0):.1%}", probe.get("redrawn", {}).get(t, 0),
+                 probe.get("dropped", {}).get(t, 0), f"{after.get('by_type', {}).get(t, 0):.1%}"] for t in types]
+        acc = before.get("accuracy")
+        parts.append(f"Queries the option-only probe answered confidently in every round were redrawn, then dropped "
+                     f"(budget {probe.get('budget', 0)}); overall probe accuracy "
+                     f"{'n/a' if acc is None else f'{acc:.1%}'} before filtering.\n\n"
+                     + _table(["type", "probe before", "redrawn", "dropped", "probe after"], rows))
+    if stance:
+        rows = [[k.replace("_", " "), v] for k, v in stance.items()]
+        parts.append("\nStance check of the user turns that voice a preference version (no model needed):\n\n"
+                     + _table(["count", "value"], rows))
+    return "\n".join(parts) if len(parts) > 1 else ""
 
 
 def _loading(manifest: Manifest) -> str:

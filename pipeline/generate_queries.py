@@ -17,6 +17,7 @@ from pipeline.queries.gates import GATES, code_wording, judge_hits, structural_p
 from pipeline.queries.plan import QueryPlan, persona_facts, plan_queries
 from pipeline.rng import derive_rng
 from pipeline.specs import QUERY
+from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
@@ -74,11 +75,12 @@ class QueryStats(BaseModel):
 
 
 def generate_queries(persona: Persona, timeline: Timeline, sessions: list[SessionWithTurns], *, llm: LLM,
-                     config: RunConfig, judge: LLM | None = None) -> tuple[list[Query], QueryStats]:
+                     config: RunConfig, judge: LLM | None = None,
+                     inventory: dict[str, list[InventoryItem]] | None = None) -> tuple[list[Query], QueryStats]:
     """The persona's gated queries and what it took to get them; deterministic for a seed and cache."""
     settings = config.queries
     rng = derive_rng(config.seed, persona.persona_id, "generate_queries")
-    facts = persona_facts(persona, timeline, sessions, config=config)
+    facts = persona_facts(persona, timeline, sessions, config=config, inventory=inventory)
     plans = plan_queries(facts, settings=settings, rng=rng)
     stats = QueryStats(planned=len(plans))
     sound = [p for p in plans if _structurally_sound(p, facts, stats)]

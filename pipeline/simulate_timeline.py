@@ -202,7 +202,7 @@ class _Simulation:
             if not held:
                 continue
             version = self.rng.choice(held)
-            summary = self.rng.choice(self.tax.routine_summaries).replace("{item}", version.item)
+            summary = self.rng.choice(self.tax.routine_summaries[version.stance]).replace("{item}", version.item)
             self._event(window, time, "routine", summary, topic=topic, pref_refs=[version.key])
 
     def timeline(self) -> Timeline:

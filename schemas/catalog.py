@@ -101,7 +101,9 @@ class Taxonomy(Strict):
     last_names: list[str] = Field(min_length=1)
     life_event_categories: dict[str, EventCategory] = Field(min_length=1)
     follow_ups: dict[str, list[str]] = Field(default_factory=dict, description="parent category -> child categories")
-    routine_summaries: list[str] = Field(min_length=1)
+    routine_summaries: dict[Literal["like", "dislike"], list[str]] = Field(
+        description="stance -> routine summaries with an {item} placeholder: what one does with a liked thing, "
+                    "what one does about a disliked one")
 
     @model_validator(mode="after")
     def _known_follow_ups(self) -> Taxonomy:

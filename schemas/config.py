@@ -111,6 +111,26 @@ class RefreshSettings(Strict):
     keep: int = Field(default=4, ge=1, description="complete versions kept after each refresh")
 
 
+class ProbeSettings(Strict):
+    """The option-only probe (a classifier that never sees the history) and the filter it drives before publishing."""
+
+    enabled: bool = Field(default=True, description="probe, filter and check the queries before publishing")
+    folds: int = Field(default=5, ge=2, le=20, description="persona-grouped cross-validation folds")
+    rounds: int = Field(default=2, ge=1, le=10, description="cross-validation repeats over different persona splits")
+    confidence: float = Field(default=0.5, gt=0.0, lt=1.0,
+                              description="probability of the correct option above which a right answer counts as confident")
+    filter_budget: float = Field(default=0.25, ge=0.0, le=1.0,
+                                 description="largest share of the queries the filter may redraw or drop")
+    filter_above: float = Field(default=0.27, ge=0.0, le=1.0,
+                                description="only types the probe answers more often than this are filtered")
+    filter_passes: int = Field(default=1, ge=0, le=5, description="probe-and-redraw passes before the last drop")
+    max_accuracy: float = Field(default=0.30, gt=0.0, le=1.0,
+                                description="publishing fails when the probe's overall accuracy stays above this")
+    max_type_accuracy: float = Field(default=1.0, gt=0.0, le=1.0,
+                                     description="publishing fails when any type's probe accuracy stays above this")
+    min_personas: int = Field(default=10, ge=2, description="fewer personas than this: the probe is reported, not enforced")
+
+
 class QuerySettings(Strict):
     """How many queries each persona gets, their options, and the gates that keep them honest."""
 
@@ -126,6 +146,11 @@ class QuerySettings(Strict):
     judge_max_correct: int | None = Field(
         default=None, ge=0, description="drop when the judge is right more often than this; None = shuffles - 1"
     )
+    abstain_share: float = Field(default=0.25, ge=0.0, le=1.0,
+                                 description="share of the types with a forgetful option whose answer is 'you have not told me'")
+    no_change_share: float = Field(default=0.25, ge=0.0, le=1.0,
+                                   description="share of evolution and reason queries about a preference that never changed")
+    probe: ProbeSettings = Field(default_factory=ProbeSettings)
 
     @model_validator(mode="after")
     def _judge_bound(self) -> QuerySettings:

@@ -97,7 +97,8 @@ def inventory_draft(n_items: int) -> type[BaseModel]:
 def _fake_inventory(cls, context: InventoryContext, rng: random.Random) -> BaseModel:
     words = ["weekend", "homemade", "classic", "modern", "budget", "seasonal", "local", "vintage", "quiet", "bold"]
     topic = context.topic.removesuffix("Recommendation").removesuffix("Consultation").lower()
-    items = [f"{words[(i + rng.randint(0, 9)) % 10]} {topic} option {i + 1}" for i in range(context.n_items)]
+    # "budget food07": two items share at most one of their two words, so no item "mentions" another
+    items = [f"{words[(i + rng.randint(0, 9)) % 10]} {topic}{i + 1:02d}" for i in range(context.n_items)]
     return cls(items=items)
 
 

@@ -30,6 +30,7 @@ OptionRole = Literal[
     "wrong_sequence",
     "already_done",
 ]
+ABSENT = "absent:"  # grounding prefix of an abstention's correct option: what was never voiced
 
 
 class Option(BaseModel):
@@ -69,6 +70,10 @@ class Query(BaseModel):
     evidence: list[Evidence] = Field(default_factory=list)
     n_pref_updates: int = Field(default=0, ge=0)
     provenance: dict[str, str] = Field(default_factory=dict)
+
+    def abstains(self) -> bool:
+        """True when the correct reply is "you have not told me" (grounded in an absence, ``absent:...``)."""
+        return any(g.startswith(ABSENT) for g in self.options[self.correct_index].grounding)
 
     @model_validator(mode="after")
     def _one_correct(self) -> Query:

@@ -73,3 +73,40 @@ def test_card_body_reports_counts_baselines_and_limitations(card):
     assert f"| longest option | {longest:.1%} |" in body
     assert "## Known limitations" in body and "fake:test" in body
     assert "by reason: anchor_not_in_context 3." in body
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    bundle = make_bundle(tiny_config(n_personas=2))
+    result = assemble_all(bundle.personas, bundle.sessions, bundle.queries,
+                          settings=bundle.config.assembly, run_seed=bundle.config.seed)
+    tables = bundle.model_copy(update={"sessions": result.sessions}).tables(result.contexts, result.placements)
+    probe = {"before": {"accuracy": 0.4, "by_type": {"acknowledge_latest_preferences": 0.4}},
+             "after": {"accuracy": 0.25, "by_type": {"acknowledge_latest_preferences": 0.25}},
+             "redrawn": {"acknowledge_latest_preferences": 3}, "dropped": {"acknowledge_latest_preferences": 1},
+             "budget": 5, "enforced": True}
+    stance = {"beats": 10, "rejected_by_stance": 2, "voicing_turns": 8, "voicing_turns_failing": 0}
+    info = PublishInfo(config=bundle.config, code_version="test", models=["fake:test"],
+                       stats={"probe": probe, "stance_checks": stance})
+    return publish(tmp_path_factory.mktemp("out"), tables, info)
+
+
+def test_card_shows_probe_forms_filtering_and_stance_counts(probed):
+    body = (probed / "README.md").read_text().split("---\n", 2)[2]
+    assert "| option-only probe (classifier on question + options, persona-held-out) | 25.0% |" in body
+    assert "## Form of the correct answer per type" in body
+    assert "| acknowledge_latest_preferences | 40.0% | 3 | 1 | 25.0% |" in body
+    assert "| rejected by stance | 2 |" in body and "| voicing turns failing | 0 |" in body
+
+
+def test_audit_prints_the_probe_and_fails_above_a_bound(probed):
+    from typer.testing import CliRunner
+
+    from pipeline.cli.app import app
+
+    ok = CliRunner().invoke(app, ["audit", str(probed)])
+    assert ok.exit_code == 0, ok.output
+    assert "probe, overall" in ok.output and "longest option" in ok.output
+    strict = CliRunner().invoke(app, ["audit", str(probed), "--max-accuracy", "0.0"])
+    assert strict.exit_code == 1
+    assert "without the history" in strict.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from pipeline.cli.audit import audit
 from pipeline.cli.dataset import export_app, inspect, prune
 from pipeline.cli.eval import eval_command, report_command
 from pipeline.cli.generate import generate
@@ -17,6 +18,7 @@ app.command()(plan)
 app.command()(show)
 app.add_typer(export_app, name="export")
 app.command()(inspect)
+app.command()(audit)
 app.command()(prune)
 app.add_typer(prompts_app, name="prompts")
 app.command()(text)

@@ -66,7 +66,7 @@ def run_queries(config: RunConfig, *, llm: str | None, judge: str | None, cache:
     total, kept = QueryStats(), []
     for r in results:
         found, stats = generate_queries(r.persona, r.timeline, r.sessions, llm=gateway, config=config,
-                                        judge=judge_gateway)
+                                        judge=judge_gateway, inventory=r.inventory)
         kept += found
         total.merge(stats)
     items = {p.item for r in results for p in r.timeline.preferences}

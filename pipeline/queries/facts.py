@@ -10,6 +10,7 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
+from pipeline.beats import content_words, mentioned
 from pipeline.queries.sources import Pools
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
@@ -39,6 +40,7 @@ class Facts:
     n_options: int
     voiced: dict[str, list[TurnRef]] = field(default_factory=dict)
     by_topic: dict[str, list[SessionWithTurns]] = field(default_factory=dict)
+    _texts: list[tuple[str, set[str]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         voiced: dict[str, list[TurnRef]] = defaultdict(list)
@@ -51,6 +53,22 @@ class Facts:
                     for key in [*turn.pref_versions, *turn.event_ids]:
                         voiced[key].append(ref)
         self.voiced, self.by_topic = dict(voiced), dict(by_topic)
+        self._texts = [(t.content.casefold(), content_words(t.content)) for s in self.sessions for t in s.turns]
+
+    def unsaid(self, item: str) -> bool:
+        """True when no turn of the persona's history (either role) names ``item``: "you have not told me" holds."""
+        folded, words = item.casefold(), content_words(item)
+        return item not in self.pools.held and not any(mentioned(t, w, folded, words) for t, w in self._texts)
+
+    def spare_items(self, topic: str, rng: random.Random, k: int) -> list[str]:
+        """Up to ``k`` items of ``topic`` from the persona's pool that were never held nor named anywhere."""
+        return [i for i in self.pools.fresh_items(topic, rng, k + 4) if self.unsaid(i)][:k]
+
+    def told_by(self, topic: str, as_of: datetime) -> list[str]:
+        """Life and routine events voiced by user turns of ``topic`` in sessions up to ``as_of`` (anchor session whole)."""
+        kinds = {e.event_id: e.kind for e in self.timeline.events}
+        return [e for swt in self.by_topic.get(topic, []) if swt.session.time <= as_of for turn in swt.turns
+                if turn.role == "user" for e in turn.event_ids if kinds.get(e) in ("life_event", "routine")]
 
     @property
     def end(self) -> datetime:

@@ -22,7 +22,7 @@ from pipeline.queries.plan import QueryPlan
 from pipeline.specs import QUERY_JUDGE
 from pipeline.tokens import count_tokens
 from schemas.config import QuerySettings
-from schemas.query import Query
+from schemas.query import ABSENT, Query
 from schemas.query_drafts import JudgeContext, judge_draft, pad_to
 
 GATES: tuple[str, ...] = ("structural", "model_call", "duplicate_options", "answer_in_question", "first_person",
@@ -94,7 +94,7 @@ def code_wording(plan: QueryPlan, tolerance: float, rng: random.Random) -> tuple
 def structural_problems(query: Query, facts: Facts) -> list[str]:
     """Every label re-derived: correct groundings valid at as_of, outdated ones ended before it,
     evidence turns voice a grounding and precede the anchor."""
-    problems = _option_problems(query, facts)
+    problems = _option_problems(query, facts) + _form_problems(query, facts)
     problems += _evidence_problems(query, facts)
     if query.n_pref_updates and query.type != "recall_user_shared_facts" and not any(
             o.role == "outdated_preference" for o in query.options):
@@ -116,14 +116,38 @@ def _option_problems(query: Query, facts: Facts) -> list[str]:
         problems.append("the correct chain holds a version that had not ended by as_of")
     if any(events[g].time >= query.as_of for g in correct.grounding if g in events):
         problems.append("the correct option cites an event after as_of")
-    if any(not facts.pools.unheld(g.removeprefix("catalog:")) for g in correct.grounding if g.startswith("catalog:")):
+    if any(not facts.pools.unheld(g.split(":", 1)[1]) for g in correct.grounding if g.startswith(("catalog:", "inventory:"))):
         problems.append("the correct new idea is something the persona already holds")
+    if any(not facts.unsaid(g.split(":", 1)[1]) for g in correct.grounding if g.startswith("inventory:")):
+        problems.append("the correct new idea was already named in the history")
     for option in query.options:
         if option.role == "outdated_preference":
             old = [versions.get(g) for g in option.grounding if "@" in g]
             if not old or any(v is None or v.valid_to is None or v.valid_to > query.as_of for v in old):
                 problems.append("an outdated option's version had not ended by as_of")
     return problems
+
+
+def _form_problems(query: Query, facts: Facts) -> list[str]:
+    """Abstentions re-checked against the turns (nothing voiced before the question), and a "no change"
+    answer against the timeline (the preference never changed by as_of)."""
+    correct = query.options[query.correct_index]
+    if query.abstains():
+        what = correct.grounding[0].removeprefix(ABSENT)
+        if what.startswith("topic:"):
+            told = facts.told_by(what.removeprefix("topic:"), query.as_of)
+            return [f"the abstention's topic has {len(told)} told events"] if told else []
+        return [] if facts.unsaid(what) else [f"the abstention's item {what!r} was voiced"]
+    keys = [g for g in correct.grounding if "@" in g]
+    pref = keys[-1].split("@")[0] if keys else None
+    if query.type == "track_full_preference_evolution" and pref:
+        chain = [v.key for v in facts.timeline.versions(pref) if v.valid_from <= query.as_of]
+        if chain != keys:
+            return ["the correct chain is not the preference's whole history by as_of"]
+    if query.type == "revisit_reasons_behind_preference_updates" and pref and len(correct.grounding) == 1 \
+            and facts.updates(pref, query.as_of):
+        return ["a 'no change' answer for a preference that changed"]
+    return []
 
 
 def _evidence_problems(query: Query, facts: Facts) -> list[str]:
@@ -138,7 +162,7 @@ def _evidence_problems(query: Query, facts: Facts) -> list[str]:
         if query.anchor_turn_index >= len(anchor.turns) or anchor.turns[query.anchor_turn_index].role != "user":
             return ["the anchor is not a user turn"]
     if not query.evidence:
-        return ["no evidence"]
+        return [] if query.abstains() else ["no evidence"]
     problems = []
     for ev in query.evidence:
         swt = sessions.get(ev.session_id)

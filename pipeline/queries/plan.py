@@ -14,7 +14,8 @@ from pipeline.baselines import content_words
 from pipeline.beats import topic_label
 from pipeline.queries.facts import Facts, TurnRef
 from pipeline.queries.sources import Pools, shadow_timelines
-from pipeline.queries.types import BUILDERS, Built, OptionPlan
+from pipeline.queries.types import BUILDERS, FORGETFUL_TYPES, VARIANTS, Built, OptionPlan
+from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig
 from schemas.conversation import SessionWithTurns
 from schemas.ids import stable_id
@@ -44,6 +45,8 @@ class QueryPlan(BaseModel):
     correct_index: int
     evidence: list[Evidence]
     n_pref_updates: int
+    focal: str = ""
+    form: str = "statement"
 
     def to_query(self, question: str, texts: list[str], provenance: dict[str, str]) -> Query:
         """The stored query with this wording; roles, groundings and order come from the plan."""
@@ -52,34 +55,66 @@ class QueryPlan(BaseModel):
                      as_of=self.as_of, anchor_session_id=self.anchor_session_id,
                      anchor_turn_index=self.anchor_turn_index, question=question, options=options,
                      correct_index=self.correct_index, evidence=self.evidence, n_pref_updates=self.n_pref_updates,
-                     provenance=provenance)
+                     provenance={**provenance, "form": self.form, "focal": self.focal})
 
 
-def persona_facts(persona: Persona, timeline: Timeline, sessions: list[SessionWithTurns], *, config: RunConfig) -> Facts:
-    """The persona's own sessions indexed, with distractor pools (catalog, shadow personas, taxonomy)."""
+def persona_facts(persona: Persona, timeline: Timeline, sessions: list[SessionWithTurns], *, config: RunConfig,
+                  inventory: dict[str, list[InventoryItem]] | None = None) -> Facts:
+    """The persona's own sessions indexed, with distractor pools (inventory, shadow personas, taxonomy)."""
     own = [s for s in sessions if s.session.persona_id == persona.persona_id]
-    pools = Pools(persona=persona, timeline=timeline, shadows=shadow_timelines(config, persona.persona_id),
-                  topics=list(config.topics))
+    shadows = shadow_timelines(config, persona.persona_id, inventory=inventory)
+    pools = Pools(persona=persona, timeline=timeline, shadows=shadows, topics=list(config.topics),
+                  inventory=dict(inventory or {}))
     return Facts(persona=persona, timeline=timeline, sessions=own, pools=pools, n_options=config.queries.n_options)
 
 
 def plan_queries(facts: Facts, *, settings: QuerySettings, rng: random.Random) -> list[QueryPlan]:
-    """Up to the quota of every type, spreading topics evenly; correct positions cycle through a
-    seeded permutation so they are uniform across the dataset."""
+    """Up to the quota of every type, spreading topics evenly; the abstention and no-change variants
+    take their configured shares; correct positions cycle through a seeded permutation so they are
+    uniform across the dataset."""
     usage: Counter[str] = Counter()
     plans: list[QueryPlan] = []
     for qtype in QUERY_TYPES:
-        pool = _candidates(facts, qtype, rng)
-        taken = 0
-        while pool and taken < settings.quota(qtype):
-            pick = min(pool, key=lambda c: (usage[c[0]], c[2]))
-            pool.remove(pick)
-            plan = _plan_one(facts, qtype, pick[0], pick[1], rng, settings)
-            if plan is not None:
-                plans.append(plan)
-                usage[pick[0]] += 1
-                taken += 1
+        quota = settings.quota(qtype)
+        special: list[QueryPlan] = []
+        for variant in VARIANTS.get(qtype, ()):
+            share = settings.abstain_share if variant == "abstention" else settings.no_change_share
+            special += _take(facts, qtype, variant, _share_count(quota, share, rng), usage, rng, settings)
+        # a forgetful distractor appears (n_options - 1) times as often as the forgetful reply is right
+        abstained = sum(p.form == "abstention" for p in special)
+        normal = max(1, quota - len(special))
+        rate = min(1.0, (facts.n_options - 1) * abstained / normal) if qtype in FORGETFUL_TYPES else 1.0
+        plans += special + _take(facts, qtype, "statement", quota - len(special), usage, rng, settings, rate)
     return [_ordered(p, pos, rng) for p, pos in zip(plans, balanced_positions(len(plans), facts.n_options, rng), strict=True)]
+
+
+def _stance(facts: Facts, focal: str) -> str | None:
+    """The current stance of a preference focal at the end of history (None for other focals)."""
+    version = facts.current(focal, facts.end) if focal.startswith("pref_") else None
+    return version.stance if version else None
+
+
+def _share_count(quota: int, share: float, rng: random.Random) -> int:
+    """``quota * share`` rounded at random (so the expected count is exact)."""
+    whole = quota * share
+    return int(whole) + (rng.random() < whole - int(whole))
+
+
+def _take(facts: Facts, qtype: str, variant: str, count: int, usage: Counter[str], rng: random.Random,
+          settings: QuerySettings, forgetful_rate: float = 1.0) -> list[QueryPlan]:
+    """Up to ``count`` plans of one variant, least-used topics first."""
+    pool = _candidates(facts, qtype, rng, variant) if count > 0 else []
+    out: list[QueryPlan] = []
+    while pool and len(out) < count:
+        wanted = rng.choice(("like", "dislike"))  # the correct stance balanced, so no stance word gives it away
+        pick = min(pool, key=lambda c: (usage[c[0]], _stance(facts, c[1]) not in (wanted, None), c[2]))
+        pool.remove(pick)
+        draw = Draw(variant=variant, forgetful=rng.random() < forgetful_rate)
+        plan = _plan_one(facts, qtype, pick[0], pick[1], rng, settings, draw)
+        if plan is not None:
+            out.append(plan)
+            usage[pick[0]] += 1
+    return out
 
 
 def balanced_positions(count: int, n: int, rng: random.Random) -> list[int]:
@@ -92,12 +127,18 @@ def balanced_positions(count: int, n: int, rng: random.Random) -> list[int]:
     return out[:count]
 
 
-def _candidates(facts: Facts, qtype: str, rng: random.Random) -> list[tuple[str, str, tuple[int, float]]]:
+def _candidates(facts: Facts, qtype: str, rng: random.Random,
+                variant: str = "statement") -> list[tuple[str, str, tuple[int, float]]]:
     """(topic, focal id, rank) for every query this type could ask; lower rank first (changed prefs first)."""
     end = facts.end
     out = []
     for topic in facts.by_topic:
-        if qtype == "recall_user_shared_facts":
+        if variant == "abstention":
+            focal = [topic] if qtype == "recall_user_shared_facts" else facts.spare_items(topic, rng, 1)
+            out += [(topic, f, (0, rng.random())) for f in focal]
+        elif variant == "no_change":
+            out += [(topic, pid, (0, rng.random())) for pid in facts.prefs(topic) if not facts.updates(pid, end)]
+        elif qtype == "recall_user_shared_facts":
             out += [(topic, e, (0, rng.random())) for e in facts.told_events(topic)]
         elif qtype == "suggest_new_ideas":
             out.append((topic, topic, (0, rng.random())))
@@ -109,27 +150,48 @@ def _candidates(facts: Facts, qtype: str, rng: random.Random) -> list[tuple[str,
     return out
 
 
+class Draw(BaseModel):
+    """Which variant of its type a query is, and whether it carries the forgetful distractor."""
+
+    variant: str = "statement"
+    forgetful: bool = True
+
+
 def _plan_one(facts: Facts, qtype: str, topic: str, focal: str, rng: random.Random,
-              settings: QuerySettings) -> QueryPlan | None:
+              settings: QuerySettings, draw: Draw) -> QueryPlan | None:
     """Anchored inside the topic's final session when drawn and possible, else at the end of history."""
-    if rng.random() < settings.anchored_fraction and (plan := _anchored(facts, qtype, topic, focal, rng)):
+    if rng.random() < settings.anchored_fraction and (plan := _anchored(facts, qtype, topic, focal, rng, draw)):
         return plan
-    built = BUILDERS[qtype](facts, topic, focal, facts.end, rng)
-    refs = facts.refs(built.keys, facts.end) if built else None
-    if not built or not refs:
+    built = build(facts, qtype, topic, focal, facts.end, rng, draw)
+    refs = _refs(facts, built, facts.end)
+    if refs is None:
         return None
     return _plan(facts, qtype, topic, focal, built, facts.end, None, refs)
 
 
-def _anchored(facts: Facts, qtype: str, topic: str, focal: str, rng: random.Random) -> QueryPlan | None:
+def build(facts: Facts, qtype: str, topic: str, focal: str, as_of: datetime, rng: random.Random,
+          draw: Draw) -> Built | None:
+    """The type's builder for one draw."""
+    return BUILDERS[qtype](facts, topic, focal, as_of, rng, variant=draw.variant, forgetful=draw.forgetful)
+
+
+def _refs(facts: Facts, built: Built | None, as_of: datetime) -> list[TurnRef] | None:
+    """The evidence turns; an abstention has none (its evidence is an absence), anything else needs some."""
+    if built is None:
+        return None
+    refs = facts.refs(built.keys, as_of)
+    return refs if refs or (refs is not None and built.form == "abstention") else None
+
+
+def _anchored(facts: Facts, qtype: str, topic: str, focal: str, rng: random.Random, draw: Draw) -> QueryPlan | None:
     """Asked just before a user turn of the final session that follows every evidence turn."""
     final = facts.final(topic)
     if final is None:
         return None
     as_of = final.session.time
-    built = BUILDERS[qtype](facts, topic, focal, as_of, rng)
-    refs = facts.refs(built.keys, as_of) if built else None
-    if not built or not refs:
+    built = build(facts, qtype, topic, focal, as_of, rng, draw)
+    refs = _refs(facts, built, as_of)
+    if refs is None:
         return None
     after = max((r.turn_index for r in refs if r.session_id == final.session.session_id), default=-1)
     turns = [t.turn_index for t in final.turns if t.role == "user" and t.turn_index > after]
@@ -149,7 +211,7 @@ def _plan(facts: Facts, qtype, topic, focal, built: Built, as_of: datetime, anch
         ask=built.ask_plain if clash else built.ask.format(label=label), ask_plain=built.ask_plain,
         answer=built.answer, options=built.options, correct_index=0,
         evidence=[Evidence(session_id=r.session_id, turn_index=r.turn_index) for r in refs],
-        n_pref_updates=built.n_pref_updates,
+        n_pref_updates=built.n_pref_updates, focal=focal, form=built.form,
     )
 
 
@@ -159,3 +221,19 @@ def _ordered(plan: QueryPlan, position: int, rng: random.Random) -> QueryPlan:
     rng.shuffle(distractors)
     distractors.insert(position, correct)
     return plan.model_copy(update={"options": distractors, "correct_index": position})
+
+
+def redraw(facts: Facts, query: Query, rng: random.Random) -> QueryPlan | None:
+    """The same question (type, focal, variant, time, anchor, correct position) with a new distractor draw."""
+    draw = Draw(variant=query.provenance.get("form", "statement"),
+                forgetful=any(o.role == "forgetful" for o in query.options))
+    focal = query.provenance.get("focal", "")
+    if not focal:
+        return None
+    built = build(facts, query.type, query.topic, focal, query.as_of, rng, draw)
+    refs = _refs(facts, built, query.as_of)
+    if refs is None:
+        return None
+    anchor = (query.anchor_session_id, query.anchor_turn_index) if query.anchor_session_id else None
+    plan = _plan(facts, query.type, query.topic, focal, built, query.as_of, anchor, refs)
+    return _ordered(plan, query.correct_index, rng)

@@ -25,13 +25,16 @@ SHADOW_INDEX_BASE = 1_000_000  # above any run's persona indices (n_personas <= 
 SHADOWS = 2
 
 
-def shadow_timelines(config: RunConfig, persona_id: str, count: int = SHADOWS) -> list[Timeline]:
-    """``count`` code-only personas for ``persona_id``, simulated over the catalog topics of the run."""
-    known = [t for t in config.topics if t in load_catalog().topics]
+def shadow_timelines(config: RunConfig, persona_id: str, count: int = SHADOWS,
+                     inventory: dict[str, list[InventoryItem]] | None = None) -> list[Timeline]:
+    """``count`` code-only personas for ``persona_id``, simulated over the persona's own inventory when
+    given (so another persona's items come from the same pool, worded alike), else over the catalog."""
+    pool = {t: items for t, items in (inventory or {}).items() if t in config.topics and items}
+    known = list(pool) or [t for t in config.topics if t in load_catalog().topics]
     if not known:
         return []
     sim_config = config.model_copy(update={"topics": known})
-    inventory = catalog_inventory(known)
+    inventory = pool or catalog_inventory(known)
     taxonomy = load_taxonomy()
     out = []
     for k in range(count):
@@ -51,6 +54,7 @@ class Pools:
     timeline: Timeline
     shadows: list[Timeline]
     topics: list[str]
+    inventory: dict[str, list[InventoryItem]] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
     _unheld: dict[str, bool] = field(default_factory=dict)
 
@@ -64,23 +68,32 @@ class Pools:
         return self._unheld[name]
 
     def fresh_items(self, topic: str, rng: random.Random, k: int) -> list[str]:
-        """Up to ``k`` catalog items of ``topic`` the persona never held."""
-        items = [i.name for i in self._catalog(topic) if self.unheld(i.name)]
+        """Up to ``k`` items of ``topic`` the persona never held: from its own inventory (the pool its
+        held items come from) when it has any, else from the catalog."""
+        items = [i.name for i in self._items(topic) if self.unheld(i.name)]
         return rng.sample(items, min(k, len(items)))
 
     def stereotyped(self, topic: str, rng: random.Random) -> str | None:
-        """A catalog item whose tags match the persona's demographics and that the persona never held."""
+        """An item whose tags match the persona's demographics and that the persona never held."""
         tags = self.persona.attributes.stereotype_tags()
-        items = [i.name for i in self._catalog(topic) if tags & set(i.tags) and self.unheld(i.name)]
-        return rng.choice(items) if items else None
+        for pool in (self._items(topic), self._catalog(topic)):
+            items = [i.name for i in pool if tags & set(i.tags) and self.unheld(i.name)]
+            if items:
+                return rng.choice(items)
+        return None
 
     def shadow_likes(self, topic: str) -> list[tuple[str, PreferenceVersion]]:
         """(shadow persona id, version) for current likes of the shadows in ``topic`` the persona never held."""
+        return [(pid, v) for pid, v in self.shadow_current(topic) if v.stance == "like"]
+
+    def shadow_current(self, topic: str) -> list[tuple[str, PreferenceVersion]]:
+        """(shadow persona id, version) for the shadows' current versions in ``topic`` (either stance)
+        of items the persona never held."""
         out = []
         for shadow in self.shadows:
             for chain in shadow.chains().values():
                 last = chain[-1]
-                if last.topic == topic and last.stance == "like" and self.unheld(last.item):
+                if last.topic == topic and self.unheld(last.item):
                     out.append((shadow.persona_id, last))
         return out
 
@@ -92,9 +105,12 @@ class Pools:
 
     def unlived_routines(self, topic: str, rng: random.Random, k: int) -> list[str]:
         """Up to ``k`` routine summaries about catalog items of ``topic`` the persona never held."""
-        templates = list(load_taxonomy().routine_summaries)
+        templates = [t for bank in load_taxonomy().routine_summaries.values() for t in bank]
         rng.shuffle(templates)
         return [t.replace("{item}", item) for t, item in zip(templates, self.fresh_items(topic, rng, k), strict=False)]
+
+    def _items(self, topic: str) -> list[InventoryItem]:
+        return self.inventory.get(topic) or self._catalog(topic)
 
     def _catalog(self, topic: str) -> list[InventoryItem]:
         topics = load_catalog().topics

@@ -2,19 +2,22 @@
 persona's facts at ``as_of`` and words them plainly (the model's brief and the code-written fallback).
 
 Every option of one type shares one sentence frame, so no frame tells the right answer apart; the
-question (``ask``) never holds the answer, and its words avoid the frames' words.
+question (``ask``) never holds the answer, and its words avoid the frames' words. Every form a
+distractor takes is also the correct answer somewhere: "you have not told me" in abstention items
+(what is asked about was never voiced), "no change" for a preference that never changed (``variant``).
 """
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel
 
+from pipeline.beats import topic_label
 from pipeline.queries.facts import Facts
-from schemas.query import OptionRole
+from schemas.query import ABSENT, OptionRole
 from schemas.timeline import PreferenceVersion
 
 PRESENT = {"like": "enjoy", "dislike": "avoid"}
@@ -39,9 +42,18 @@ class Built(BaseModel):
     options: list[OptionPlan]
     keys: list[str]
     n_pref_updates: int = 0
+    form: Variant = "statement"
 
 
-Builder = Callable[[Facts, str, str, datetime, random.Random], Built | None]
+Builder = Callable[..., Built | None]
+Variant = Literal["statement", "abstention", "no_change"]
+VARIANTS: dict[str, tuple[str, ...]] = {  # the variants besides "statement" each type has
+    "recall_user_shared_facts": ("abstention",),
+    "acknowledge_latest_preferences": ("abstention",),
+    "track_full_preference_evolution": ("no_change", "abstention"),
+    "revisit_reasons_behind_preference_updates": ("no_change",),
+}
+FORGETFUL_TYPES = ("recall_user_shared_facts", "acknowledge_latest_preferences", "track_full_preference_evolution")
 
 
 def did(summary: str) -> str:
@@ -54,7 +66,7 @@ def _opt(role: OptionRole, grounding: list[str], text: str) -> OptionPlan:
 
 
 def _built(facts: Facts, ask: tuple[str, str], answer: str, options: list[OptionPlan], keys: list[str],
-           updates: int = 0) -> Built | None:
+           updates: int = 0, form: Variant = "statement") -> Built | None:
     """A Built with distinct option texts, cut to n_options; None when too few distractors."""
     seen, unique = set(), []
     for o in options:
@@ -66,35 +78,48 @@ def _built(facts: Facts, ask: tuple[str, str], answer: str, options: list[Option
     kept = unique[: facts.n_options]
     grounded = {g for o in kept for g in o.grounding}
     return Built(ask=ask[0], ask_plain=ask[1], answer=answer, options=kept, keys=[k for k in keys if k in grounded],
-                 n_pref_updates=updates)
+                 n_pref_updates=updates, form=form)
 
 
 # -- 1. recall_user_shared_facts ----------------------------------------------------------------------
-def recall_user_shared_facts(facts: Facts, topic: str, event_id: str, as_of: datetime, rng) -> Built | None:
-    """Correct: an event the user told in this topic; distractors: things never told, and forgetting."""
-    event = facts.timeline.event(event_id)
-    if event.time >= as_of:
-        return None
+def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: datetime, rng, variant: Variant = "statement",
+                             forgetful: bool = True) -> Built | None:
+    """Correct: an event the user told in this topic, or (abstention: nothing told in it) "you have not
+    shared anything"; distractors: things never told, and the forgetful reply when it is wrong."""
     frame = "You mentioned that you {}."
+    if variant == "abstention":
+        if facts.told_by(topic, as_of):
+            return None
+        head = [_opt("correct", [f"{ABSENT}topic:{topic}"], FORGOT)]
+        answer, keys = FORGOT, []
+    else:
+        event = facts.timeline.event(focal)
+        if event.time >= as_of:
+            return None
+        head = [_opt("correct", [focal], frame.format(did(event.summary)))]
+        head += [_opt("forgetful", [], FORGOT)] if forgetful else []
+        answer, keys = event.summary, [focal]
     others = facts.pools.unlived_routines(topic, rng, facts.n_options) + facts.pools.unlived_events(rng, facts.n_options)
     rng.shuffle(others)
-    options = [_opt("correct", [event_id], frame.format(did(event.summary))), _opt("forgetful", [], FORGOT)]
-    options += [_opt("generic", [f"taxonomy:{s}"], frame.format(did(s))) for s in others]
-    ask = ("Can you remind me what I have been doing lately around {label}?",
-           "Can you remind me what I have been doing lately?")
-    return _built(facts, ask, event.summary, options, [event_id])
+    options = head + [_opt("generic", [f"taxonomy:{s}"], frame.format(did(s))) for s in others]
+    asked = "Can you remind me what I have been doing lately around {label}?"
+    ask = (asked, asked.format(label=topic_label(topic)) if variant == "abstention"
+           else "Can you remind me what I have been doing lately?")
+    return _built(facts, ask, answer, options, keys, form=variant)
 
 
 # -- 2. suggest_new_ideas -------------------------------------------------------------------------------
-def suggest_new_ideas(facts: Facts, topic: str, _focal: str, as_of: datetime, rng) -> Built | None:
-    """Correct: a catalog item never mentioned; distractors: items already voiced, an outdated like first."""
-    fresh = facts.pools.fresh_items(topic, rng, 1)
+def suggest_new_ideas(facts: Facts, topic: str, _focal: str, as_of: datetime, rng, **_) -> Built | None:
+    """Correct: an item of the persona's own pool never mentioned; distractors: items already voiced
+    (an outdated like first), drawn from that same pool and worded alike."""
+    spare = facts.spare_items(topic, rng, 1)
+    fresh = spare or facts.pools.fresh_items(topic, rng, 1)
     if not fresh:
         return None
     frame = "How about trying {}? It would be a fresh pick for you."
     held = facts.held(topic, as_of)
     outdated = [v for v in facts.ended(topic, as_of) if v.stance == "like" and facts.current(v.pref_id, as_of).stance != "like"]
-    options = [_opt("correct", [f"catalog:{fresh[0]}"], frame.format(fresh[0]))]
+    options = [_opt("correct", [f"{'inventory' if spare else 'catalog'}:{fresh[0]}"], frame.format(fresh[0]))]
     options += [_opt("outdated_preference", [v.key], frame.format(v.item)) for v in outdated[:1]]
     options += [_opt("already_done", [v.key], frame.format(v.item)) for v in held if v.stance == "like"]
     options += [_opt("violates_preference", [v.key], frame.format(v.item)) for v in held if v.stance == "dislike"]
@@ -105,30 +130,40 @@ def suggest_new_ideas(facts: Facts, topic: str, _focal: str, as_of: datetime, rn
 
 
 # -- 3. acknowledge_latest_preferences --------------------------------------------------------------------
-def acknowledge_latest_preferences(facts: Facts, topic: str, pref: str, as_of: datetime, rng) -> Built | None:
-    """Correct: the version valid at as_of; distractors: the superseded version, a wrong item, forgetting."""
-    current, previous = facts.current_and_previous(pref, as_of)
+def acknowledge_latest_preferences(facts: Facts, topic: str, focal: str, as_of: datetime, rng,
+                                   variant: Variant = "statement", forgetful: bool = True) -> Built | None:
+    """Correct: the version valid at as_of, or (abstention: an item never voiced) "you have not said";
+    distractors: the superseded or flipped stance, another persona's preference, forgetting."""
+    frame = "You have said that you {} {} at this point."
+    unsure = "You have not yet said how you feel about {}."
+    others = _other_persona(facts, topic, rng, lambda v: frame.format(PRESENT[v.stance], v.item))
+    if variant == "abstention":
+        if not facts.unsaid(focal):
+            return None
+        options = [_opt("correct", [f"{ABSENT}{focal}"], unsure.format(focal))]
+        options += [_opt("generic", [], frame.format(PRESENT[s], focal)) for s in ("like", "dislike")]
+        return _built(facts, ASK_STANCE, focal, options + others, [], form=variant)
+    current, previous = facts.current_and_previous(focal, as_of)
     if current is None:
         return None
-    frame = "You have said that you {} {} at this point."
     options = [_opt("correct", [current.key], frame.format(PRESENT[current.stance], current.item))]
     if previous is not None:
         options.append(_opt("outdated_preference", [previous.key], frame.format(PRESENT[previous.stance], current.item)))
     else:
         options.append(_opt("violates_preference", [current.key], frame.format(PRESENT[_flip(current.stance)], current.item)))
-    options += _other_persona(facts, topic, rng, lambda v: frame.format(PRESENT["like"], v.item))[:1]
-    options.append(_opt("forgetful", [], f"You have not yet said how you feel about {current.item}."))
-    options += _other_persona(facts, topic, rng, lambda v: frame.format(PRESENT["like"], v.item))[1:]
-    ask = ("Where do I stand these days on {label}, as far as you know?",
-           "Where do I stand these days, as far as you know?")
+    options += others[:1] + ([_opt("forgetful", [], unsure.format(current.item))] if forgetful else []) + others[1:]
     keys = [current.key] + ([previous.key] if previous else [])
-    return _built(facts, ask, current.item, options, keys, facts.updates(current.pref_id, as_of))
+    return _built(facts, ASK_STANCE, current.item, options, keys, facts.updates(current.pref_id, as_of))
+
+
+ASK_STANCE = ("Where do I stand these days on {label}, as far as you know?",
+              "Where do I stand these days, as far as you know?")
 
 
 def _other_persona(facts: Facts, topic: str, rng, word: Callable[[PreferenceVersion], str]) -> list[OptionPlan]:
-    likes = facts.pools.shadow_likes(topic)
-    rng.shuffle(likes)
-    return [_opt("other_persona", [pid, v.key], word(v)) for pid, v in likes]
+    versions = facts.pools.shadow_current(topic)
+    rng.shuffle(versions)
+    return [_opt("other_persona", [pid, v.key], word(v)) for pid, v in versions]
 
 
 def _flip(stance: str) -> str:
@@ -144,45 +179,70 @@ def chain_text(item: str, stances: list[str]) -> str:
     return f"At first you {PAST[stances[0]]} {item}{middle}, and at present you {PRESENT[stances[-1]]} it."
 
 
-def track_full_preference_evolution(facts: Facts, topic: str, pref: str, as_of: datetime, rng) -> Built | None:
-    """Correct: the full ordered chain; distractors: the chain before the last change, wrong sequences."""
-    chain = [v for v in facts.timeline.versions(pref) if v.valid_from <= as_of]
-    if len(chain) < 2:
+def track_full_preference_evolution(facts: Facts, topic: str, focal: str, as_of: datetime, rng,
+                                    variant: Variant = "statement", forgetful: bool = True) -> Built | None:
+    """Correct: the full ordered chain (one stance all along when it never changed), or (abstention: an
+    item never voiced) "this is the first I hear of it"; distractors: the chain before the last change,
+    wrong sequences, forgetting."""
+    ask = ("How have my feelings about {label} developed over time, from what I have shared?",
+           "How have my feelings developed over time, from what I have shared?")
+    first = "This is the first I am hearing of {} from you."  # no word of the question ("about")
+    if variant == "abstention":
+        if not facts.unsaid(focal):
+            return None
+        # the same shapes a real history's options take: a chain, its prefix, its mirror
+        made = [rng.choice(["like", "dislike"])]
+        while len(made) < rng.choice([2, 2, 3]):
+            made.append(_flip(made[-1]))
+        wrong = [made, made[:-1], [_flip(s) for s in made]]
+        rng.shuffle(wrong)
+        options = [_opt("correct", [f"{ABSENT}{focal}"], first.format(focal))]
+        options += [_opt("wrong_sequence", [], chain_text(focal, w)) for w in wrong]
+        return _built(facts, ask, focal, options, [], form=variant)
+    chain = [v for v in facts.timeline.versions(focal) if v.valid_from <= as_of]
+    if not chain or (len(chain) < 2) != (variant == "no_change"):
         return None
     item, stances = chain[-1].item, [v.stance for v in chain]
     keys = [v.key for v in chain]
-    options = [
-        _opt("correct", keys, chain_text(item, stances)),
-        _opt("outdated_preference", keys[:-1], chain_text(item, stances[:-1])),
-        _opt("wrong_sequence", [], chain_text(item, [_flip(s) for s in stances])),
-        _opt("forgetful", [], f"This is the first I am hearing about {item} from you."),
-        _opt("wrong_sequence", [], chain_text(item, [*stances, _flip(stances[-1])])),
-        _opt("wrong_sequence", [], chain_text(item, [_flip(s) for s in [*stances, _flip(stances[-1])]])),
-    ]
-    ask = ("How have my feelings about {label} shifted over time, from what I have shared?",
-           "How have my feelings shifted over time, from what I have shared?")
-    return _built(facts, ask, item, options, keys, len(chain) - 1)
+    flipped = [_flip(s) for s in stances]
+    options = [_opt("correct", keys, chain_text(item, stances))]
+    if len(chain) > 1:
+        options.append(_opt("outdated_preference", keys[:-1], chain_text(item, stances[:-1])))
+    wrong = [flipped, [*stances, _flip(stances[-1])], [*flipped, stances[-1]]]
+    options.append(_opt("wrong_sequence", [], chain_text(item, wrong[0])))
+    options += [_opt("forgetful", [], first.format(item))] if forgetful else []
+    options += [_opt("wrong_sequence", [], chain_text(item, w)) for w in wrong[1:]]
+    return _built(facts, ask, item, options, keys, len(chain) - 1, form=variant)
 
 
 # -- 5. revisit_reasons_behind_preference_updates -------------------------------------------------------------
-def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, pref: str, as_of: datetime, rng) -> Built | None:
-    """Correct: the life event behind the last change; distractors: the old stance, other reasons, none."""
-    current, previous = facts.current_and_previous(pref, as_of)
-    cause = facts.life_cause(current) if current and previous else None
-    if cause is None:
+def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: str, as_of: datetime, rng,
+                                              variant: Variant = "statement", **_) -> Built | None:
+    """Correct: the life event behind the last change, or (no_change) that the view never changed;
+    distractors: the old stance as if unchanged, other reasons."""
+    current, previous = facts.current_and_previous(focal, as_of)
+    if current is None or (previous is None) != (variant == "no_change"):
+        return None
+    cause = facts.life_cause(current) if previous else None
+    if previous is not None and cause is None:
         return None
     frame = "Your view of {} changed after you {}."
+    still = "Your view of {} has not changed; you still {} it."
     item = current.item
-    options = [
-        _opt("correct", [current.key, cause.event_id], frame.format(item, did(cause.summary))),
-        _opt("outdated_preference", [previous.key], f"Your view of {item} has not changed; you still {PRESENT[previous.stance]} it."),
-    ]
-    options += [_opt("wrong_reason", [e.event_id], frame.format(item, did(e.summary))) for e in facts.other_life_events(cause, as_of, rng)[:1]]
-    options.append(_opt("forgetful", [], f"Your view of {item} changed, though you never gave a cause."))
+    if cause is None:
+        options = [_opt("correct", [current.key], still.format(item, PRESENT[current.stance]))]
+        others = [e for e in facts.timeline.events if e.kind == "life_event" and e.time < as_of]
+        rng.shuffle(others)
+    else:
+        options = [_opt("correct", [current.key, cause.event_id], frame.format(item, did(cause.summary))),
+                   _opt("outdated_preference", [previous.key], still.format(item, PRESENT[previous.stance]))]
+        others = facts.other_life_events(cause, as_of, rng)
+    options += [_opt("wrong_reason", [e.event_id], frame.format(item, did(e.summary))) for e in others[:1]]
     options += [_opt("wrong_reason", [f"taxonomy:{s}"], frame.format(item, did(s))) for s in facts.pools.unlived_events(rng, facts.n_options)]
-    ask = ("Why did I change my mind about something in {label}, do you recall?",
-           "Why did I change my mind about something, do you recall?")
-    return _built(facts, ask, cause.summary, options, [current.key], facts.updates(current.pref_id, as_of))
+    ask = ("Has my view of anything in {label} changed, and if so, what was behind it?",
+           "Has my view of anything changed, and if so, what was behind it?")
+    answer = cause.summary if cause else item
+    return _built(facts, ask, answer, options, [current.key], facts.updates(current.pref_id, as_of), form=variant)
 
 
 # -- 6. provide_preference_aligned_recommendations ----------------------------------------------------------
@@ -192,7 +252,8 @@ def recommend_text(item: str, stance: str) -> str:
     return f"Since you {PRESENT[stance]} {item}, I would point you {where}."
 
 
-def provide_preference_aligned_recommendations(facts: Facts, topic: str, pref: str, as_of: datetime, rng) -> Built | None:
+def provide_preference_aligned_recommendations(facts: Facts, topic: str, pref: str, as_of: datetime, rng,
+                                               **_) -> Built | None:
     """Correct: aligned with the current version; distractors: the outdated version, a violated
     preference, a demographic stereotype, another persona's preference."""
     current, previous = facts.current_and_previous(pref, as_of)
@@ -205,18 +266,19 @@ def provide_preference_aligned_recommendations(facts: Facts, topic: str, pref: s
              for v in facts.held(topic, as_of) if v.pref_id != pref][:1]
     stereo = facts.pools.stereotyped(topic, rng)
     extra += [_opt("stereotypical", [f"catalog:{stereo}"], recommend_text(stereo, "like"))] if stereo else []
-    extra += _other_persona(facts, topic, rng, lambda v: recommend_text(v.item, "like"))[:1]
+    others = _other_persona(facts, topic, rng, lambda v: recommend_text(v.item, v.stance))
+    extra += others[:1]
     rng.shuffle(extra)
-    options += extra + _other_persona(facts, topic, rng, lambda v: recommend_text(v.item, "like"))
+    options += extra + others[1:]
     ask = ("Could you recommend something for me in {label}?", "Could you recommend something for me?")
     keys = [current.key] + ([previous.key] if previous else []) + [v.key for v in facts.held(topic, as_of)]
     return _built(facts, ask, current.item, options, keys, facts.updates(current.pref_id, as_of))
 
 
 # -- 7. generalize_to_new_scenarios -------------------------------------------------------------------------
-def generalize_to_new_scenarios(facts: Facts, topic: str, pref: str, as_of: datetime, rng) -> Built | None:
+def generalize_to_new_scenarios(facts: Facts, topic: str, pref: str, as_of: datetime, rng, **_) -> Built | None:
     """Correct: a plan for a new situation that follows from the reason of the last change; distractors:
-    the same reason with the old stance, a wrong reason, advice that ignores the reason."""
+    the same reason with the old stance, wrong reasons with either stance (one frame for every option)."""
     current, previous = facts.current_and_previous(pref, as_of)
     cause = facts.life_cause(current) if current and previous else None
     if cause is None:
@@ -227,11 +289,11 @@ def generalize_to_new_scenarios(facts: Facts, topic: str, pref: str, as_of: date
         _opt("correct", [current.key, cause.event_id], frame.format(did(cause.summary), PRESENT[current.stance], item)),
         _opt("outdated_preference", [previous.key, cause.event_id], frame.format(did(cause.summary), PRESENT[previous.stance], item)),
     ]
-    options += [_opt("wrong_reason", [e.event_id], frame.format(did(e.summary), PRESENT[current.stance], item))
-                for e in facts.other_life_events(cause, as_of, rng)[:1]]
-    options.append(_opt("generic", [], "I would plan around whatever most people usually enjoy, like anyone else."))
-    options += [_opt("wrong_reason", [f"taxonomy:{s}"], frame.format(did(s), PRESENT[current.stance], item))
-                for s in facts.pools.unlived_events(rng, facts.n_options)]
+    reasons = [(e.event_id, e.summary) for e in facts.other_life_events(cause, as_of, rng)[:1]]
+    reasons += [(f"taxonomy:{s}", s) for s in facts.pools.unlived_events(rng, facts.n_options)]
+    stances = [current.stance, previous.stance] * len(reasons)
+    options += [_opt("wrong_reason", [g], frame.format(did(s), PRESENT[stance], item))
+                for (g, s), stance in zip(reasons, stances, strict=False)]
     ask = ("I am facing a fresh situation in {label}. What would you keep in mind for me?",
            "I am facing a fresh situation. What would you keep in mind for me?")
     return _built(facts, ask, cause.summary, options, [current.key], facts.updates(current.pref_id, as_of))

@@ -19,10 +19,12 @@ from pipeline.generate_queries import generate_queries
 from pipeline.llm import LLM
 from pipeline.llm.factory import backend_name, resolve_backend_string
 from pipeline.prompting import PromptEnv
+from pipeline.queries.filtering import filter_queries
 from pipeline.run.checkpoint import Checkpoints, PersonaResult, run_fingerprint
 from pipeline.run.estimate import OUTPUT_TOKENS
 from pipeline.run.persona_text import build_persona_text
 from pipeline.specs import ALL_SPECS
+from pipeline.stance import stance_problem
 from schemas.config import RunConfig
 from schemas.conversation import SessionWithTurns
 from schemas.llm import LLMSettings, UsageSummary
@@ -89,7 +91,8 @@ def persona_job(seed: PersonaSeed, spec: RunSpec) -> JobResult:
         return JobResult(result=cached, usage=UsageSummary(), from_checkpoint=True)
     llm = LLM(spec.llm)
     text = build_persona_text(seed, config=spec.config, llm=llm)
-    queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=spec.config)
+    queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=spec.config,
+                                     inventory=text.inventory)
     result = PersonaResult(text=text, queries=queries, query_stats=stats.model_dump(mode="json"))
     spec.checkpoints.save(seed, key, result)
     return JobResult(result=result, usage=llm.usage_summary(), from_checkpoint=False)
@@ -178,12 +181,38 @@ def check_failures(spec: RunSpec, n: int, failures: list[Failure]) -> None:
                         f"nothing published; first: persona {first.persona_index}: {first.reason}")
 
 
+def probe_and_filter(results: list[PersonaResult], config: RunConfig) -> tuple[list, dict]:
+    """Every persona's queries through the option-only probe and the adversarial filter (fails closed),
+    with the probe's report for the manifest; the queries unchanged when the probe is off."""
+    queries = [q for r in results for q in r.queries]
+    if not config.queries.probe.enabled:
+        return queries, {}
+    personas = {r.text.persona.persona_id: (r.text.persona, r.text.timeline, r.text.sessions, r.text.inventory)
+                for r in results}
+    kept, report = filter_queries(queries, personas, config=config)
+    return kept, {"probe": report.summary()}
+
+
+def stance_counts(results: list[PersonaResult]) -> dict[str, int]:
+    """The stance check over the run: beats whose model turn it rejected (then regenerated or replaced by
+    code), and, over the published user turns voicing a version, how many it still finds contradicting."""
+    rejected = sum(n for r in results for k, n in r.text.stats.problems.items() if "stance" in k)
+    versions = {p.key: p for r in results for p in r.text.timeline.preferences}
+    voiced = [(t, versions[t.pref_versions[-1]]) for r in results for s in r.text.sessions for t in s.turns
+              if t.role == "user" and t.pref_versions and t.pref_versions[-1] in versions]
+    failing = sum(stance_problem(t.content, v.item, v.stance) is not None for t, v in voiced)
+    return {"beats": sum(r.text.stats.beats for r in results), "rejected_by_stance": rejected,
+            "regenerated": sum(r.text.stats.regenerated for r in results),
+            "replaced_by_code": sum(r.text.stats.fallback_beats for r in results),
+            "voicing_turns": len(voiced), "voicing_turns_failing": failing}
+
+
 def publish_run(spec: RunSpec, results: list[PersonaResult], kept_filler: list[SessionWithTurns], *,
                 usage: UsageSummary, failures: list[Failure], models: list[str], extra_stats: dict) -> Path:
     """Assemble every context over the (checked) filler pool, validate and publish one immutable version."""
     config = spec.config
     sessions = [s for r in results for s in r.text.sessions] + kept_filler
-    queries = [q for r in results for q in r.queries]
+    queries, probe_stats = probe_and_filter(results, config)
     personas = [r.text.persona for r in results]
     assembly = assemble_all(personas, sessions, queries, settings=config.assembly, run_seed=config.seed)
     placed = {p.query_id for p in assembly.placements}
@@ -198,7 +227,7 @@ def publish_run(spec: RunSpec, results: list[PersonaResult], kept_filler: list[S
         "contexts": assembly.contexts,
         "placements": assembly.placements,
     }
-    stats = {**extra_stats, "assembly_unplaced": assembly.unplaced,
+    stats = {**extra_stats, **probe_stats, "stance_checks": stance_counts(results), "assembly_unplaced": assembly.unplaced,
              "queries_unplaced": len(queries) - len(tables["queries"])}
     info = PublishInfo(config=config, template_fingerprints=template_fingerprints(), models=models,
                        usage=usage.model_dump(mode="json"), failures=failures, stats=stats)

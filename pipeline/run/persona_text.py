@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from pipeline.expand_persona import expand_persona
 from pipeline.llm import LLM
@@ -10,6 +10,7 @@ from pipeline.narrate_events import narrate_events
 from pipeline.rng import derive_rng
 from pipeline.simulate_timeline import simulate_timeline
 from pipeline.write_sessions import SessionStats, write_sessions
+from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona, PersonaSeed
@@ -23,6 +24,8 @@ class PersonaText(BaseModel):
     timeline: Timeline
     sessions: list[SessionWithTurns]
     stats: SessionStats
+    inventory: dict[str, list[InventoryItem]] = Field(
+        default_factory=dict, description="per-topic candidate items; the never-voiced ones feed abstentions and new ideas")
 
 
 def build_persona_text(seed: PersonaSeed, *, config: RunConfig, llm: LLM) -> PersonaText:
@@ -32,4 +35,4 @@ def build_persona_text(seed: PersonaSeed, *, config: RunConfig, llm: LLM) -> Per
     timeline = simulate_timeline(persona, inventory, config=config, rng=rng)
     timeline = narrate_events(persona, timeline, llm=llm, config=config)
     sessions, stats = write_sessions(persona, timeline, llm=llm, config=config)
-    return PersonaText(persona=persona, timeline=timeline, sessions=sessions, stats=stats)
+    return PersonaText(persona=persona, timeline=timeline, sessions=sessions, stats=stats, inventory=inventory)

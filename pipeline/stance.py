@@ -1,0 +1,72 @@
+"""The stance checker: does a user turn express the labelled stance toward an item, and not the
+opposite? Pure code, no model: present-tense cues of liking and aversion, turned around by a
+negation just before them ("not a fan of", "no longer enjoy"), and ignored when they are past
+("used to love ..."), looked for in the clauses that name the item (and the one after them)."""
+
+from __future__ import annotations
+
+import re
+
+LIKE = (r"can'?t get enough of", r"(?:am|i'm|really|still|now) into", r"fond of", r"keen on", r"fan of",
+        r"drawn to", r"hooked on", r"my thing", r"crazy about", r"passionate about", r"come to (?:enjoy|love|like|appreciate)", r"lov(?:e|es|ing)", r"enjoy(?:s|ing)?",
+        r"ador(?:e|es|ing)", r"(?:i|really|also|still|genuinely|do|actually|now|we) like", r"likes",
+        r"favou?rites?", r"appreciat(?:e|es|ing)", r"relish", r"excited about", r"looking forward to")
+DISLIKE = (r"can'?t stand", r"cannot stand", r"gone off", r"fed up with", r"tired of", r"sick of", r"put off by",
+           r"lost (?:interest|my taste) (?:in|for)", r"stay(?:ing)? away from", r"steer(?:ing)? clear of",
+           r"turned off by", r"not for me", r"dislik(?:e|es|ing)", r"hat(?:e|es|ing)", r"loath(?:e|es|ing)",
+           r"detest(?:s|ing)?", r"avoid(?:s|ing)?", r"no longer want", r"(?:do|did|does)n'?t want", r"skip(?:s|ping)?",
+           r"turn(?:ed|ing)? down", r"gave up on", r"off the (?:menu|table|list)", r"off my list", r"done with",
+           r"over it", r"not my thing", r"no more", r"cut out", r"cut back on", r"stopped", r"not a big fan", r"(?:do|does|did)n'?t (?:really )?(?:like|enjoy|love)",
+           r"(?:do|does|did) not (?:really )?(?:like|enjoy|love)")
+_CUES = [(re.compile(rf"\b{c}\b"), "like") for c in LIKE] + [(re.compile(rf"\b{c}\b"), "dislike") for c in DISLIKE]
+_NEGATION = re.compile(r"\b(?:not|never|no longer|stopped|quit|barely|hardly|don'?t|doesn'?t|didn'?t|isn'?t|"
+                       r"aren'?t|wasn'?t|won'?t)\W+(?:\w+\W+){0,2}$")
+_PAST = re.compile(r"\bused to\W+(?:\w+\W+){0,2}$")
+_CLAUSE = re.compile(r"[.!?;]+|\bbut\b|\bhowever\b|\bthough\b|\bwhereas\b")
+OPPOSITE = {"like": "dislike", "dislike": "like"}
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def names(text: str, item: str) -> bool:
+    """``item``, or two thirds of its longer words, in ``text`` (the rule of pipeline.beats.mentions)."""
+    words = {w for w in _WORD.findall(item.casefold()) if len(w) > 3}
+    found = {w for w in _WORD.findall(text) if len(w) > 3}
+    return item.casefold() in text or (bool(words) and len(words & found) * 3 >= len(words) * 2)
+
+
+def _normal(text: str) -> str:
+    return " ".join(text.casefold().replace("\u2019", "'").split())
+
+
+def expressed(text: str) -> set[str]:
+    """The stances ``text`` expresses in the present: ``like``, ``dislike``, both or neither."""
+    text = _normal(text)
+    found: set[str] = set()
+    taken: list[tuple[int, int]] = []
+    for pattern, stance in _CUES:
+        for m in pattern.finditer(text):
+            if any(a < m.end() and m.start() < b for a, b in taken):
+                continue  # inside a longer cue already read ("can't stand", "not a fan of")
+            taken.append((m.start(), m.end()))
+            before = text[max(0, m.start() - 30): m.start()]
+            if _PAST.search(before):
+                continue
+            found.add(OPPOSITE[stance] if _NEGATION.search(before) else stance)
+    return found
+
+
+def item_clauses(text: str, item: str) -> str:
+    """The clauses of ``text`` that name ``item``, each with the clause after it; all of it when none does."""
+    clauses = [c for c in _CLAUSE.split(_normal(text)) if c.strip()]
+    picked = [" ".join(clauses[i:i + 2]) for i, c in enumerate(clauses) if names(c, item)]
+    return " . ".join(picked) if picked else _normal(text)
+
+
+def stance_problem(text: str, item: str, stance: str) -> str | None:
+    """Why ``text`` does not voice ``stance`` toward ``item`` faithfully, or None when it does."""
+    found = expressed(item_clauses(text, item))
+    if OPPOSITE[stance] in found:
+        return f"user turn expresses the opposite stance '{OPPOSITE[stance]}' toward {item!r}"
+    if stance not in found:
+        return f"user turn does not express the stance '{stance}' toward {item!r}"
+    return None
