@@ -22,7 +22,7 @@ from pipeline.specs import BEAT, SMALL_TALK
 from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn
-from schemas.drafts import BeatContext, ExchangeDraft, SmallTalkContext, small_talk_draft
+from schemas.drafts import BeatContext, ExchangeDraft, SmallTalkContext, exchange_draft, small_talk_draft
 from schemas.persona import Persona
 from schemas.timeline import Timeline
 
@@ -68,15 +68,30 @@ def _unvoiced_before(plans: list[SessionPlan], items: list[str]) -> dict[str, li
     return out
 
 
-def _beat_context(persona: Persona, plan: SessionPlan, beat: Beat) -> BeatContext:
+def _words(config: RunConfig) -> tuple[int, int]:
+    return config.text.assistant_words_min, config.text.assistant_words_max
+
+
+def _beat_context(persona: Persona, plan: SessionPlan, beat: Beat, words: tuple[int, int]) -> BeatContext:
     return BeatContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
                        date=f"{plan.time:%Y-%m-%d}", kind=beat.kind, item=beat.item, stance=beat.stance,
-                       reason=beat.reason, event=beat.event)
+                       reason=beat.reason, event=beat.event, assistant_words_min=words[0], assistant_words_max=words[1])
+
+
+def length_problem(assistant: str, words: tuple[int, int]) -> str | None:
+    """Why an assistant turn misses the profile's target length (in words), or None when it fits."""
+    n = len(assistant.split())
+    if n < words[0]:
+        return f"assistant turn shorter than {words[0]} words"
+    if n > words[1]:
+        return f"assistant turn longer than {words[1]} words"
+    return None
 
 
 def _beat_exchanges(persona, plans, items, *, llm, config, stats) -> dict[str, list[tuple[str, str, bool]]]:
     """Per session, one (user, assistant, is_fallback) per beat, in beat order."""
     unvoiced = _unvoiced_before(plans, items)
+    words = _words(config)
     todo = [(plan, i, beat) for plan in plans for i, beat in enumerate(plan.beats)]
     stats.beats = len(todo)
     done: dict[tuple[str, int], tuple[str, str, bool]] = {}
@@ -85,11 +100,12 @@ def _beat_exchanges(persona, plans, items, *, llm, config, stats) -> dict[str, l
         if not pending:
             break
         stats.regenerated += len(pending) if sample else 0
-        drafts = llm.generate_each(BEAT, [_beat_context(persona, p, b) for p, _, b in pending], sample_index=sample)
+        drafts = llm.generate_each(replace(BEAT, output=exchange_draft(*words)),
+                                   [_beat_context(persona, p, b, words) for p, _, b in pending], sample_index=sample)
         for (plan, i, beat), draft in zip(pending, drafts, strict=True):
             problem = "model call failed" if draft is None else beat_problem(
                 beat, draft.user, draft.assistant, unvoiced=unvoiced[plan.session_id],
-                max_tokens=config.text.max_turn_tokens, count=count_tokens)
+                max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(draft.assistant, words)
             if problem is None:
                 done[(plan.session_id, i)] = (_clean(draft.user), _clean(draft.assistant), False)
             else:
@@ -118,8 +134,9 @@ def _small_talk(persona, plan: SessionPlan, items: list[str], *, llm, config, st
     catalog = load_catalog()
     context = SmallTalkContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
                                topic_description=catalog.topics[plan.topic].description if plan.topic in catalog.topics else plan.topic,
-                               date=f"{plan.time:%Y-%m-%d}", n_exchanges=n)
-    (draft,) = llm.generate_each(replace(SMALL_TALK, output=small_talk_draft(n)), [context])
+                               date=f"{plan.time:%Y-%m-%d}", n_exchanges=n, assistant_words_min=_words(config)[0],
+                               assistant_words_max=_words(config)[1])
+    (draft,) = llm.generate_each(replace(SMALL_TALK, output=small_talk_draft(n, _words(config))), [context])
     kept = []
     for ex in (draft.exchanges if draft else []):
         if any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config):
@@ -138,14 +155,22 @@ def _plain_small_talk(topic: str) -> tuple[str, str]:
 
 
 def _too_long(ex: ExchangeDraft, config: RunConfig) -> bool:
-    return max(count_tokens(ex.user), count_tokens(ex.assistant)) > config.text.max_turn_tokens
+    """Over the token cap, or an assistant turn outside the target words."""
+    too_many = max(count_tokens(ex.user), count_tokens(ex.assistant)) > config.text.max_turn_tokens
+    return too_many or length_problem(ex.assistant, _words(config)) is not None
 
 
 def build_session(plan: SessionPlan, beats: list[tuple[str, str, bool]], talk: list[tuple[str, str]], *, provenance: dict[str, str]) -> SessionWithTurns:
-    """Pure: one opening small-talk exchange, then the beats in order, then the rest of the small talk."""
+    """Pure: one opening small-talk exchange, then the beats in order, spread evenly over the rest of the small talk."""
     rows: list[tuple[str, str, Beat | None, bool]] = [(u, a, None, False) for u, a in talk[:1]]
-    rows += [(u, a, beat, fb) for (u, a, fb), beat in zip(beats, plan.beats, strict=True)]
-    rows += [(u, a, None, False) for u, a in talk[1:]]
+    rest = talk[1:]
+    beat_rows = [(u, a, beat, fb) for (u, a, fb), beat in zip(beats, plan.beats, strict=True)]
+    cuts = [round(j * len(rest) / (len(beat_rows) + 1)) for j in range(1, len(beat_rows) + 1)]
+    taken = 0
+    for cut, row in zip(cuts, beat_rows, strict=True):
+        rows += [(u, a, None, False) for u, a in rest[taken:cut]] + [row]
+        taken = cut
+    rows += [(u, a, None, False) for u, a in rest[taken:]]
     turns: list[Turn] = []
     for user, assistant, beat, fb in rows:
         turns.append(Turn(session_id=plan.session_id, turn_index=len(turns), role="user", content=user,

@@ -29,7 +29,7 @@ class AssemblySettings(BaseModel):
     tolerance: float = Field(default=0.02, gt=0, lt=0.5, description="a context ends within this fraction below its budget")
     gap_fraction: float = Field(default=0.5, ge=0, le=1, description="share of the filler that forms the long gap")
     max_persona_fraction: float = Field(
-        default=0.8, gt=0, le=1, description="most of a budget the persona's own sessions may take; the rest is filler"
+        default=1.0, gt=0, le=1, description="most of a budget the persona's own sessions may take; filler fills the rest"
     )
 
     @model_validator(mode="after")
