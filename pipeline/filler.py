@@ -65,7 +65,7 @@ def filler_session(index: int, subject: str, draft: BaseModel, *, config: RunCon
     for ex in draft.exchanges:
         for role, text in (("user", ex.user), ("assistant", ex.assistant)):
             turns.append(Turn(session_id=sid, turn_index=len(turns), role=role, content=" ".join(text.split())))
-    session = Session(session_id=sid, persona_id=None, topic=f"filler: {subject}", period=None, time=config.start_date,
+    session = Session(session_id=sid, persona_id=None, topic=f"filler: {subject}", period=None, time=None,
                       kind="filler", n_turns=len(turns), n_tokens=0, provenance={"source": "llm", "model": model, "subject": subject, "index": str(index)})
     return with_token_counts(SessionWithTurns(session=session, turns=turns))
 
@@ -80,7 +80,7 @@ def sharegpt_session(conversation: Conversation, *, config: RunConfig) -> Sessio
     for user, assistant in conversation.exchanges:
         for role, text in (("user", user), ("assistant", assistant)):
             turns.append(Turn(session_id=sid, turn_index=len(turns), role=role, content=text))
-    session = Session(session_id=sid, persona_id=None, topic=f"filler: {SOURCE}", period=None, time=config.start_date,
+    session = Session(session_id=sid, persona_id=None, topic=f"filler: {SOURCE}", period=None, time=None,
                       kind="filler", n_turns=len(turns), n_tokens=0,
                       provenance={"source": SOURCE, "conversation_id": conversation.conversation_id})
     return with_token_counts(SessionWithTurns(session=session, turns=turns))

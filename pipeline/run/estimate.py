@@ -13,7 +13,7 @@ from pipeline.llm import LLM, call_label
 from pipeline.run.plan import build_plan
 from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SMALL_TALK
 from schemas.config import RunConfig
-from schemas.drafts import inventory_draft, small_talk_draft
+from schemas.drafts import exchange_draft, inventory_draft, small_talk_draft
 from schemas.query import QUERY_TYPES
 from schemas.query_drafts import query_draft
 
@@ -39,6 +39,8 @@ class Estimate(BaseModel):
     cost_usd: float | None
     tokens_per_s: float | None
     eta_s: float | None
+    own_tokens_per_persona: int = 0
+    filler_share: dict[int, float] = {}
 
 
 def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
@@ -89,9 +91,10 @@ def call_labels(config: RunConfig) -> dict[str, str]:
     """The cache label of each kind of call this config makes (`pipeline.llm.call_label`); narration's
     output size varies per event, so it is matched by spec name alone."""
     return {
-        "profile": call_label(PROFILE), "beat": call_label(BEAT), "narration": f"{NARRATION.name}/",
+        "profile": call_label(PROFILE), "narration": f"{NARRATION.name}/",
+        "beat": call_label(replace(BEAT, output=exchange_draft(config.text.assistant_words_min, config.text.assistant_words_max))),
         "inventory": call_label(replace(INVENTORY, output=inventory_draft(config.text.inventory_size))),
-        "small_talk": call_label(replace(SMALL_TALK, output=small_talk_draft(max(1, config.text.small_talk_exchanges)))),
+        "small_talk": f"{SMALL_TALK.name}/",  # its size follows each session's beats
         "filler": call_label(replace(FILLER, output=small_talk_draft(config.text.filler_exchanges))),
         "query": call_label(replace(QUERY, output=query_draft(config.queries.n_options))),
     }
@@ -110,6 +113,7 @@ def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
     sizes["inventory"] = OUTPUT_TOKENS["inventory"] * config.text.inventory_size
     sizes["small_talk"] = OUTPUT_TOKENS["small_talk"] * max(1, config.text.small_talk_exchanges)
     sizes["filler"] = OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
+    sizes |= target_sizes(config, per_persona_counts(config))
     measured = llm.cache.tokens_by_spec(llm.backend.provider, llm.backend.model)
     for kind, label in call_labels(config).items():
         rows = [(n, mean) for spec, (n, mean) in measured.items() if _labelled(spec, label)]
@@ -147,6 +151,8 @@ def attempts_per_item(config: RunConfig, llm: LLM) -> dict[str, float]:
 def filler_calls(config: RunConfig, counts: dict[str, float], sizes: dict[str, float]) -> int:
     """Filler sessions the run will write: the configured pool, or more when the largest budget needs more
     filler than that pool holds (the run tops the pool up until it can fill every context)."""
+    if config.filler.source == "sharegpt":
+        return 0  # real conversations: no model call
     own = sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"]
     return max(config.text.filler_pool_size, math.ceil(filler_need(config, [int(own)]) / max(sizes["filler"], 1.0)))
 
@@ -173,5 +179,28 @@ def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
         eta = (out + inp / PROMPT_SPEEDUP) / speed if speed else None
     price = llm.settings.prices.get(llm.backend.model)
     cost = (inp * price.input_per_mtok + out * price.output_per_mtok) / 1e6 if price else None
+    own = int(sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"])
     return Estimate(personas=n, sessions=int(counts["sessions"] * n), llm_calls=int(calls), output_tokens=int(out),
-                    input_tokens=inp, cost_usd=cost, tokens_per_s=speed, eta_s=eta)
+                    input_tokens=inp, cost_usd=cost, tokens_per_s=speed, eta_s=eta, own_tokens_per_persona=own,
+                    filler_share={b: max(0.0, 1 - own / b) for b in sorted(config.assembly.budgets)})
+
+
+def target_sizes(config: RunConfig, counts: dict[str, float]) -> dict[str, float]:
+    """Typical generated tokens of a beat call and of a session's ordinary exchanges under the profile's
+    length targets (about 1.3 tokens a word, 40 tokens a user turn), before the cache has measured them."""
+    text = config.text
+    exchange = 40 + 1.3 * (text.assistant_words_min + text.assistant_words_max) / 2
+    beats_per_session = counts["beat"] / max(counts["sessions"], 1)
+    ordinary = max(text.small_talk_exchanges, text.session_exchanges - beats_per_session, 1)
+    return {"beat": max(OUTPUT_TOKENS["beat"], exchange), "small_talk": exchange * ordinary}
+
+
+def density_rows(estimate: Estimate) -> list[tuple[str, str]]:
+    """The plan's lines on density and cost per persona: own tokens, filler share per budget, calls, tokens."""
+    n = max(estimate.personas, 1)
+    shares = ", ".join(f"{b:,}: {s:.0%}" for b, s in estimate.filler_share.items())
+    return [("own tokens per persona", f"{estimate.own_tokens_per_persona:,}"),
+            ("filler share per budget (own text first)", shares or "n/a"),
+            ("calls per persona", f"{estimate.llm_calls / n:,.1f}"),
+            ("tokens per persona (generated + prompt)", f"{(estimate.output_tokens + estimate.input_tokens) / n:,.0f}"),
+            ("cost per persona", f"${estimate.cost_usd / n:,.4f}" if estimate.cost_usd is not None else "n/a")]
