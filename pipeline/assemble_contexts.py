@@ -241,24 +241,36 @@ def _choose_sessions(
     settings: AssemblySettings,
     persona_id: str,
 ) -> list[SessionWithTurns]:
-    """Whole topics, by priority, while the persona's own messages stay within ``max_persona_fraction``."""
+    """Whole topics, by priority, while the persona's own messages stay within ``max_persona_fraction``;
+    then, where room is left, the earliest sessions of the remaining topics (a causal prefix of each), so
+    the persona's own text fills the context before any filler does."""
     cap = int(budget * settings.max_persona_fraction)
     per_session = settings.profile == "per_session"
+
+    def cost(s: SessionWithTurns) -> int:
+        return (s.session.n_tokens + (profile_tokens if per_session else 0)
+                + (date_tokens(s.session.time.date()) if settings.session_dates else 0))
+
     used = 0 if per_session else profile_tokens
     kept: set[str] = set()
     for topic in priority:
-        topic_sessions = [s for s in own if s.session.topic == topic]
-        cost = sum(s.session.n_tokens + (profile_tokens if per_session else 0)
-                   + (date_tokens(s.session.time.date()) if settings.session_dates else 0) for s in topic_sessions)
-        if used + cost <= cap:
+        topic_cost = sum(cost(s) for s in own if s.session.topic == topic)
+        if used + topic_cost <= cap:
             kept.add(topic)
-            used += cost
+            used += topic_cost
     if priority and not kept:
         raise AssemblyError(
             f"assembly.budgets: {budget} tokens cannot hold any whole topic of persona {persona_id} "
             f"(max_persona_fraction {settings.max_persona_fraction})"
         )
-    return [s for s in own if s.session.topic in kept]
+    chosen = {s.session.session_id for s in own if s.session.topic in kept}
+    for topic in (t for t in priority if t not in kept):
+        for s in (s for s in own if s.session.topic == topic):  # ``own`` is in time order
+            if used + cost(s) > cap:
+                break
+            chosen.add(s.session.session_id)
+            used += cost(s)
+    return [s for s in own if s.session.session_id in chosen]
 
 
 def _build_context(

@@ -305,6 +305,71 @@ def _fake_small_talk(cls, context: SmallTalkContext | FillerContext, rng: random
     return cls(exchanges=exchanges)
 
 
+class SessionBeatView(BaseModel):
+    """A beat as the session writer sees it: which exchange voices it, and the fixed facts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exchange: int = Field(ge=1, description="1-based position of the exchange that voices it")
+    kind: BeatKind
+    item: str | None
+    stance: str | None
+    reason: str | None
+    event: str | None
+
+
+class SessionContext(BaseModel):
+    """A whole session to write in one call: ordinary exchanges, with the beats at fixed positions."""
+
+    model_config = _examples({
+        "name": "Amara Okafor", "profile": "Amara is a 34-year-old nurse in Lagos.", "style": _STYLE_EXAMPLE,
+        "topic": "foodRecommendation", "topic_description": "What to eat and cook.", "date": "2025-01-13",
+        "n_exchanges": 3, "assistant_words_min": 80, "assistant_words_max": 250,
+        "beats": [{"exchange": 2, "kind": "initial_preference", "item": "spicy Sichuan hotpot", "stance": "like",
+                   "reason": None, "event": None}],
+    })
+
+    name: str
+    profile: str
+    style: Style
+    topic: str
+    topic_description: str
+    date: str
+    n_exchanges: int
+    assistant_words_min: int
+    assistant_words_max: int
+    beats: list[SessionBeatView]
+
+
+@cache
+def session_draft(n_exchanges: int, words: tuple[int, int]) -> type[BaseModel]:
+    """A whole session: exactly ``n_exchanges`` exchanges in order, assistant turns of ``words`` words."""
+    model = create_model(
+        f"SessionDraft{n_exchanges}w{words[0]}to{words[1]}",
+        exchanges=(list[exchange_draft(*words)], Field(min_length=n_exchanges, max_length=n_exchanges,
+                                                       description="The exchanges in order; exchange k voices the "
+                                                                   "beat listed for position k, the others none.")),
+    )
+    model.fake_output = classmethod(_fake_session)
+    return model
+
+
+def _fake_session(cls, context: SessionContext, rng: random.Random) -> BaseModel:
+    exchange = cls.model_fields["exchanges"].annotation.__args__[0]
+    beats = {b.exchange: b for b in context.beats}
+    shared = context.model_dump(include={"name", "profile", "style", "topic", "date", "assistant_words_min",
+                                         "assistant_words_max"})
+    out = []
+    for k in range(1, context.n_exchanges + 1):
+        if k in beats:
+            view = BeatContext(**shared, **beats[k].model_dump(exclude={"exchange"}))
+            out.append(exchange.fake_output(view, rng))
+        else:
+            out.append(exchange(user=f"{rng.choice(_QUESTIONS)} It's about {context.topic}.",
+                                assistant=helpful_reply("Good question, start small.", _target_words(exchange, context), rng)))
+    return cls(exchanges=out)
+
+
 class FillerContext(BaseModel):
     """A persona-neutral everyday conversation used to reach token budgets."""
 
