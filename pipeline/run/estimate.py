@@ -11,7 +11,7 @@ from pipeline.beats import plan_sessions
 from pipeline.filler import filler_need
 from pipeline.llm import LLM, call_label
 from pipeline.run.plan import build_plan
-from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SMALL_TALK
+from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SESSION, SMALL_TALK
 from schemas.config import RunConfig
 from schemas.drafts import exchange_draft, inventory_draft, small_talk_draft
 from schemas.query import QUERY_TYPES
@@ -52,6 +52,9 @@ def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
     life = sum(e.kind == "life_event" for t in plan.timelines for e in t.events)
     sessions = len(config.topics) * len(config.periods) * config.text.sessions_per_period
     queries = sum(config.queries.quota(t) for t in QUERY_TYPES)
+    if config.text.writing == "session":  # one call per session; a beat call only rewrites a failing beat
+        return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": 0.0,
+                "small_talk": sessions, "query": queries, "sessions": sessions, "beats": beats / n}
     return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": beats / n,
             "small_talk": sessions if config.text.small_talk_exchanges else 0, "query": queries, "sessions": sessions}
 
@@ -94,7 +97,7 @@ def call_labels(config: RunConfig) -> dict[str, str]:
         "profile": call_label(PROFILE), "narration": f"{NARRATION.name}/",
         "beat": call_label(replace(BEAT, output=exchange_draft(config.text.assistant_words_min, config.text.assistant_words_max))),
         "inventory": call_label(replace(INVENTORY, output=inventory_draft(config.text.inventory_size))),
-        "small_talk": f"{SMALL_TALK.name}/",  # its size follows each session's beats
+        "small_talk": f"{(SESSION if config.text.writing == 'session' else SMALL_TALK).name}/",  # sized per session
         "filler": call_label(replace(FILLER, output=small_talk_draft(config.text.filler_exchanges))),
         "query": call_label(replace(QUERY, output=query_draft(config.queries.n_options))),
     }
@@ -166,7 +169,7 @@ def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
     sizes = call_tokens(config, llm)
     n = config.n_personas
     filler = filler_calls(config, counts, sizes)
-    calls = sum(v for k, v in counts.items() if k != "sessions") * n + filler
+    calls = sum(v for k, v in counts.items() if k not in ("sessions", "beats")) * n + filler
     out = sum(sizes[k] * v for k, v in counts.items() if k in sizes) * n + filler * sizes["filler"]
     inp = int(calls * 350)
     speed = recent_throughput(llm)
@@ -190,9 +193,10 @@ def target_sizes(config: RunConfig, counts: dict[str, float]) -> dict[str, float
     length targets (about 1.3 tokens a word, 40 tokens a user turn), before the cache has measured them."""
     text = config.text
     exchange = 40 + 1.3 * (text.assistant_words_min + text.assistant_words_max) / 2
-    beats_per_session = counts["beat"] / max(counts["sessions"], 1)
+    beats_per_session = counts.get("beats", counts["beat"]) / max(counts["sessions"], 1)
     ordinary = max(text.small_talk_exchanges, text.session_exchanges - beats_per_session, 1)
-    return {"beat": max(OUTPUT_TOKENS["beat"], exchange), "small_talk": exchange * ordinary}
+    whole = ordinary + beats_per_session if text.writing == "session" else ordinary
+    return {"beat": max(OUTPUT_TOKENS["beat"], exchange), "small_talk": exchange * whole}
 
 
 def density_rows(estimate: Estimate) -> list[tuple[str, str]]:
