@@ -71,6 +71,8 @@ def filler_session(index: int, subject: str, draft: BaseModel, *, config: RunCon
 
 
 SHAREGPT_BATCH = 64  # conversations conflict-filtered at a time
+SHAREGPT_GRAIN = 4  # a kept conversation is at most this fraction of the smallest budget ...
+SHAREGPT_SPARE = 20  # ... and the pool holds at least this many of the largest allowed size, so budgets fill exactly
 
 
 def sharegpt_session(conversation: Conversation, *, config: RunConfig) -> SessionWithTurns:
@@ -89,9 +91,13 @@ def sharegpt_session(conversation: Conversation, *, config: RunConfig) -> Sessio
 def sharegpt_filler(config: RunConfig, items: set[str], need: int) -> tuple[list[SessionWithTurns], int]:
     """ShareGPT sessions in a seeded order, none naming a dataset item, until they hold ``need`` tokens.
 
-    Returns (kept, dropped); dropped counts conflicting and over-long conversations.
+    Returns (kept, dropped); dropped counts conflicting and over-long conversations. A conversation may
+    take at most a quarter of the smallest budget, and the pool holds some spare, so that assembly can
+    fill every budget to within its tolerance.
     """
     f = config.filler
+    cap = min(f.max_session_tokens, max(200, min(config.assembly.budgets) // SHAREGPT_GRAIN))
+    need = max(need, SHAREGPT_SPARE * cap)
     pool = sharegpt_pool(f.min_exchanges, f.max_exchanges, f.max_turn_chars)
     order = list(range(len(pool)))
     derive_rng(config.seed, "filler", SOURCE).shuffle(order)
@@ -101,7 +107,7 @@ def sharegpt_filler(config: RunConfig, items: set[str], need: int) -> tuple[list
         if have >= need:
             break
         batch = [sharegpt_session(pool[i], config=config) for i in order[start:start + SHAREGPT_BATCH]]
-        fitting = [s for s in batch if s.session.n_tokens <= f.max_session_tokens]
+        fitting = [s for s in batch if s.session.n_tokens <= cap]
         clean, conflicting = filter_filler(fitting, items)
         dropped += conflicting + len(batch) - len(fitting)
         for swt in clean:
