@@ -142,6 +142,7 @@ def test_filler_top_up_asks_for_what_the_shortfall_needs(tmp_path):
     from pipeline.run.jobs import FILLER_BATCH_MAX, complete_filler, top_up_size
 
     spec = spec_for(tmp_path, 2)
+    spec.config.filler.source = "llm"  # the model-written pool is what gets topped up
     need = filler_need(spec.config, [1000])
     assert need == 2000 - 1000 + 200  # smoke: largest budget 2,000, margin a tenth of it
     kept, dropped, usage = complete_filler(spec, [], set(), [1000])
@@ -153,3 +154,7 @@ def test_filler_top_up_asks_for_what_the_shortfall_needs(tmp_path):
     assert top_up_size(10, [], spec.config) == 1
     assert top_up_size(10**9, kept, spec.config) == FILLER_BATCH_MAX
     assert top_up_size(1000, kept[:2], spec.config) == math.ceil(1250 / (sum(sizes[:2]) / 2))
+    spec.config.filler.source = "sharegpt"  # the default: real conversations, no model call
+    kept, _, usage = complete_filler(spec, [], set(), [1000])
+    assert sum(s.session.n_tokens for s in kept) >= need and usage.total.calls == 0
+    assert {s.session.provenance["source"] for s in kept} == {"sharegpt"}
