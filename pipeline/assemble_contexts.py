@@ -16,10 +16,12 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from datetime import date, datetime
+from functools import lru_cache
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from pipeline.budget import count_sessions, message_tokens, profile_text
+from pipeline.budget import count_sessions, date_text, message_tokens, profile_text
 from pipeline.errors import UserError
 from pipeline.rng import derive_rng
 from schemas.context import AssemblySettings, ChatMessage, Context, Ordering, Placement, ProfileMode
@@ -80,21 +82,44 @@ class Layout(BaseModel):
     n_tokens: int
 
 
+def slot_dates(session_ids: list[str], sessions: dict[str, Session]) -> list[datetime | None]:
+    """The date each session opens with: a persona session its own time; filler the date of the slot it
+    fills (the persona session before it, or the first one when it comes before all of them)."""
+    times = [sessions[sid].time if sessions[sid].kind == "topic" else None for sid in session_ids]
+    first = next((t for t in times if t is not None), None)
+    out, last = [], first
+    for t in times:
+        last = t or last
+        out.append(last)
+    return out
+
+
+@lru_cache(maxsize=4096)
+def date_tokens(day: date) -> int:
+    """Tokens of one date system message."""
+    return message_tokens(date_text(day))
+
+
 def layout(
     session_ids: list[str],
     sessions: dict[str, Session],
     *,
     profile_tokens: int,
     profile_mode: ProfileMode,
+    session_dates: bool = False,
 ) -> Layout:
-    """Message and token offsets of each session under the profile rule (once, or per persona session)."""
+    """Message and token offsets of each session under the profile rule (once, or per persona session),
+    with one date system message opening each session when ``session_dates``."""
     n_msg = 1 if profile_mode == "once" else 0
     n_tok = profile_tokens if profile_mode == "once" else 0
     msg_start, tok_start = [], []
-    for sid in session_ids:
+    dates = slot_dates(session_ids, sessions) if session_dates else [None] * len(session_ids)
+    for sid, when in zip(session_ids, dates, strict=True):
         session = sessions[sid]
         if profile_mode == "per_session" and session.kind == "topic":
             n_msg, n_tok = n_msg + 1, n_tok + profile_tokens
+        if when is not None:
+            n_msg, n_tok = n_msg + 1, n_tok + date_tokens(when.date())
         msg_start.append(n_msg)
         tok_start.append(n_tok)
         n_msg, n_tok = n_msg + session.n_turns, n_tok + session.n_tokens
@@ -106,10 +131,14 @@ def context_messages(context: Context, persona: Persona, sessions: dict[str, Ses
     """The chat messages a model receives for ``context``, in order (the same layout as :func:`layout`)."""
     profile = ChatMessage(role="system", content=profile_text(persona))
     messages = [profile] if context.profile_mode == "once" else []
-    for sid in context.session_ids:
+    dates = (slot_dates(context.session_ids, {sid: sessions[sid].session for sid in context.session_ids})
+             if context.session_dates else [None] * len(context.session_ids))
+    for sid, when in zip(context.session_ids, dates, strict=True):
         swt = sessions[sid]
         if context.profile_mode == "per_session" and swt.session.kind == "topic":
             messages.append(profile)
+        if when is not None:
+            messages.append(ChatMessage(role="system", content=date_text(when)))
         messages.extend(ChatMessage(role=t.role, content=t.content) for t in swt.turns)
     return messages
 
@@ -212,23 +241,36 @@ def _choose_sessions(
     settings: AssemblySettings,
     persona_id: str,
 ) -> list[SessionWithTurns]:
-    """Whole topics, by priority, while the persona's own messages stay within ``max_persona_fraction``."""
+    """Whole topics, by priority, while the persona's own messages stay within ``max_persona_fraction``;
+    then, where room is left, the earliest sessions of the remaining topics (a causal prefix of each), so
+    the persona's own text fills the context before any filler does."""
     cap = int(budget * settings.max_persona_fraction)
     per_session = settings.profile == "per_session"
+
+    def cost(s: SessionWithTurns) -> int:
+        return (s.session.n_tokens + (profile_tokens if per_session else 0)
+                + (date_tokens(s.session.time.date()) if settings.session_dates else 0))
+
     used = 0 if per_session else profile_tokens
     kept: set[str] = set()
     for topic in priority:
-        topic_sessions = [s for s in own if s.session.topic == topic]
-        cost = sum(s.session.n_tokens + (profile_tokens if per_session else 0) for s in topic_sessions)
-        if used + cost <= cap:
+        topic_cost = sum(cost(s) for s in own if s.session.topic == topic)
+        if used + topic_cost <= cap:
             kept.add(topic)
-            used += cost
+            used += topic_cost
     if priority and not kept:
         raise AssemblyError(
             f"assembly.budgets: {budget} tokens cannot hold any whole topic of persona {persona_id} "
             f"(max_persona_fraction {settings.max_persona_fraction})"
         )
-    return [s for s in own if s.session.topic in kept]
+    chosen = {s.session.session_id for s in own if s.session.topic in kept}
+    for topic in (t for t in priority if t not in kept):
+        for s in (s for s in own if s.session.topic == topic):  # ``own`` is in time order
+            if used + cost(s) > cap:
+                break
+            chosen.add(s.session.session_id)
+            used += cost(s)
+    return [s for s in own if s.session.session_id in chosen]
 
 
 def _build_context(
@@ -245,10 +287,14 @@ def _build_context(
     """Pick filler to fill the budget, then interleave it at session boundaries per the ordering mode."""
     per_session = settings.profile == "per_session"
     own_tokens = sum(s.session.n_tokens for s in chosen) + profile_tokens * (len(chosen) if per_session else 1)
+    dated = settings.session_dates
+    if dated:
+        own_tokens += sum(date_tokens(s.session.time.date()) for s in chosen)
+    per_filler = max((date_tokens(s.session.time.date()) for s in chosen), default=0) if dated else 0
     rng = derive_rng(run_seed, persona.persona_id, STAGE, budget)
-    fillers = _pick_filler(pool, budget - own_tokens, rng)
+    fillers = _pick_filler(pool, budget - own_tokens, rng, extra=per_filler)
     filler_tokens = sum(n for _, n in fillers)
-    total = own_tokens + filler_tokens
+    total = own_tokens + filler_tokens + per_filler * len(fillers)  # an upper bound; the layout below is exact
     if total < budget * (1 - settings.tolerance):
         raise AssemblyError(
             f"filler pool: {len(pool.sessions)} sessions ({sum(f.n_tokens for f in pool.sessions)} tokens) cannot fill the "
@@ -260,6 +306,10 @@ def _build_context(
         order.extend(slots.get(i, []))
         if swt is not None:
             order.append(swt.session.session_id)
+    if dated:
+        members = pool.by_id() | {s.session.session_id: s.session for s in chosen}
+        total = layout(order, members, profile_tokens=profile_tokens, profile_mode=settings.profile,
+                       session_dates=True).n_tokens
     return Context(
         context_id=stable_id("ctx", persona.persona_id, budget),
         persona_id=persona.persona_id,
@@ -270,37 +320,41 @@ def _build_context(
         filler_tokens=filler_tokens,
         profile_mode=settings.profile,
         focal_topic=focal,
+        session_dates=dated,
     )
 
 
-def _pick_filler(pool: FillerPool, room: int, rng: random.Random) -> list[tuple[str, int]]:
-    """Filler whose tokens sum as close to ``room`` as the pool allows, never over: a seeded first-fit
-    pass up to ``FINISH_TOKENS`` short of the room, then an exact subset sum for the rest."""
+def _pick_filler(pool: FillerPool, room: int, rng: random.Random, *, extra: int = 0) -> list[tuple[str, int]]:
+    """Filler whose costs (tokens plus ``extra`` per session, its date message) sum as close to ``room`` as
+    the pool allows, never over: a seeded first-fit pass up to ``FINISH_TOKENS`` short of the room, then an
+    exact subset sum for the rest."""
     order = list(pool.sessions)
     rng.shuffle(order)
     picked, rest, used = [], [], 0
     for s in order:
-        if used + s.n_tokens <= room - FINISH_TOKENS:
+        if used + s.n_tokens + extra <= room - FINISH_TOKENS:
             picked.append(s)
-            used += s.n_tokens
+            used += s.n_tokens + extra
         else:
             rest.append(s)
-    picked += _subset_sum([s for s in rest if s.n_tokens <= room - used], room - used)
+    picked += _subset_sum([s for s in rest if s.n_tokens + extra <= room - used], room - used, extra)
     return [(s.session_id, s.n_tokens) for s in picked]
 
 
-def _subset_sum(candidates: list[Session], target: int) -> list[Session]:
-    """The candidates whose token sum is the largest reachable value <= ``target`` (bitset dynamic programming)."""
+def _subset_sum(candidates: list[Session], target: int, extra: int = 0) -> list[Session]:
+    """The candidates whose cost sum is the largest reachable value <= ``target`` (bitset dynamic programming)."""
+    if target < 0:
+        return []
     mask = (1 << (target + 1)) - 1
     states = [1]
     for s in candidates:
-        states.append((states[-1] | (states[-1] << s.n_tokens)) & mask)
+        states.append((states[-1] | (states[-1] << (s.n_tokens + extra))) & mask)
     best = states[-1].bit_length() - 1
     chosen = []
     for i in range(len(candidates), 0, -1):
         if not (states[i - 1] >> best) & 1:
             chosen.append(candidates[i - 1])
-            best -= candidates[i - 1].n_tokens
+            best -= candidates[i - 1].n_tokens + extra
     return chosen[::-1]
 
 
@@ -344,7 +398,8 @@ def place_queries(
 ) -> Placed:
     """Placements for the queries whose anchor and evidence are in ``context``, sorted by end index."""
     sessions = pool.by_id() | {sid: s.session for sid, s in own.items()}
-    lay = layout(context.session_ids, sessions, profile_tokens=profile_tokens, profile_mode=context.profile_mode)
+    lay = layout(context.session_ids, sessions, profile_tokens=profile_tokens, profile_mode=context.profile_mode,
+                 session_dates=context.session_dates)
     prefixes = {sid: turn_prefix(swt.turns) for sid, swt in own.items()}
     placements, unplaced = [], Counter()
     for query in queries:

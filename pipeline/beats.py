@@ -63,7 +63,7 @@ def plan_sessions(persona: Persona, timeline: Timeline, *, config: RunConfig) ->
                 session_id=stable_id("ses", persona.persona_id, topic, window.name, j),
                 persona_id=persona.persona_id, topic=topic, period=window.name,
                 time=_session_time(window, slot, len(order) * k),
-                beats=beats[(topic, window.name)][j::k], small_talk=config.text.small_talk_exchanges,
+                beats=(own := beats[(topic, window.name)][j::k]), small_talk=config.text.ordinary_exchanges(len(own)),
             ))
     return plans
 

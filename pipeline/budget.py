@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 from contextlib import contextmanager
+from datetime import date
 
 from pipeline.tokens import count_tokens, encoding
 from schemas.conversation import SessionWithTurns
@@ -29,6 +30,11 @@ def message_tokens_many(contents: list[str]) -> list[int]:
     special-token text is ordinary text in both; about twice as fast on short messages)."""
     encode = encoding().encode_ordinary
     return [len(encode(text)) + MESSAGE_OVERHEAD for text in contents]
+
+
+def date_text(when: date) -> str:
+    """The system message that opens a session when contexts carry dates ("as of" questions need them)."""
+    return f"Conversation date: {when:%Y-%m-%d}"
 
 
 def profile_text(persona: Persona) -> str:

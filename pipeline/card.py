@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from statistics import mean
+from statistics import mean, median
 
 import yaml
 from pydantic import BaseModel
@@ -89,6 +89,7 @@ def _made(manifest: Manifest) -> str:
         ["prompt templates", len(manifest.template_fingerprints)],
         ["LLM calls (cache hits)", f"{usage.get('calls', 0)} ({usage.get('cache_hits', 0)})"],
         ["cost (USD)", f"{usage.get('cost_usd', 0.0):.2f}"],
+        ["filler", _filler_source(manifest.stats)],
         ["validation", f"{len(manifest.validation.get('checks', []))} checks, "
                        f"{manifest.validation.get('n_errors', 0)} errors"],
     ]
@@ -96,6 +97,16 @@ def _made(manifest: Manifest) -> str:
             "they change and why, which turn voices them, which option is correct); the LLM only writes "
             "the text. Token counts use tiktoken `o200k_base` plus 4 tokens per message.\n\n"
             + _table(["item", "value"], rows))
+
+
+def _filler_source(stats: dict) -> str:
+    """Where the filler came from; for ShareGPT, how many conversations and the note on its terms."""
+    source = stats.get("filler_source", "llm")
+    ids = stats.get("filler_conversation_ids", [])
+    if not ids:
+        return source
+    return (f"{source}: {len(ids)} conversations of {stats.get('filler_dataset', source)} "
+            f"(ids in manifest.json stats.filler_conversation_ids). Terms: {stats.get('filler_terms', '')}")
 
 
 def _counts(tables: dict[str, list[BaseModel]], unplaced: dict[str, int]) -> str:
@@ -108,14 +119,15 @@ def _counts(tables: dict[str, list[BaseModel]], unplaced: dict[str, int]) -> str
         budgets[c.budget_tokens].append(c)
     budget_rows = [
         [b, len(cs), f"{mean(c.n_tokens for c in cs):,.0f}", f"{mean(c.filler_tokens / c.n_tokens for c in cs):.1%}",
-         sum(placed[c.context_id] for c in cs)]
+         f"{median(1 - c.filler_tokens / c.n_tokens for c in cs):.1%}", sum(placed[c.context_id] for c in cs)]
         for b, cs in sorted(budgets.items())
     ]
     return ("## Counts\n\n### Queries per type\n\n"
             + _table(["type", "queries"], sorted(by_type.items()))
             + "\n### Queries per topic\n\n" + _table(["topic", "queries"], sorted(by_topic.items()))
             + "\n### Contexts per budget\n\n"
-            + _table(["budget (tokens)", "contexts", "mean tokens", "filler share", "placed queries"], budget_rows)
+            + _table(["budget (tokens)", "contexts", "mean tokens", "filler share", "median own share", "placed queries"],
+                     budget_rows)
             + ("\nQueries not placed in a context (summed over budgets), by reason: "
                + ", ".join(f"{reason} {n}" for reason, n in sorted(unplaced.items())) + ".\n" if unplaced else ""))
 
@@ -184,7 +196,8 @@ def _limitations() -> str:
         "## Known limitations\n\n"
         "- Users, events and conversations are synthetic; prose quality depends on the model that wrote it, "
         "labels do not.\n"
-        "- Filler sessions are persona-neutral and shared across personas, so they carry no signal.\n"
+        "- Filler sessions are persona-neutral and shared across personas, so they carry no signal; by default "
+        "they are real ShareGPT conversations, filtered so that none names a persona's item.\n"
         "- English only; one assistant style; simulated time is coarse (a few periods).\n"
         "- Token budgets are counted with `o200k_base`; other tokenizers see slightly different sizes.\n"
         "- A query whose evidence is not in a context (a topic dropped to fit a small budget) is not placed "

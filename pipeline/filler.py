@@ -1,4 +1,9 @@
-"""The filler pool: persona-neutral sessions generated once per dataset, used to reach token budgets."""
+"""The filler pool: persona-neutral sessions used to reach token budgets.
+
+By default they are real conversations (ShareGPT, :mod:`pipeline.sharegpt`), picked in a seeded order
+and conflict-filtered against every persona item, with no model call; ``filler.source: llm`` has the
+model write them on seeded everyday subjects instead.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,7 @@ from pipeline.beats import content_words, mentioned
 from pipeline.budget import with_token_counts
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
+from pipeline.sharegpt import DATASET, SOURCE, TERMS, Conversation, sharegpt_pool
 from pipeline.specs import FILLER
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn
@@ -59,9 +65,67 @@ def filler_session(index: int, subject: str, draft: BaseModel, *, config: RunCon
     for ex in draft.exchanges:
         for role, text in (("user", ex.user), ("assistant", ex.assistant)):
             turns.append(Turn(session_id=sid, turn_index=len(turns), role=role, content=" ".join(text.split())))
-    session = Session(session_id=sid, persona_id=None, topic=f"filler: {subject}", period=None, time=config.start_date,
-                      kind="filler", n_turns=len(turns), n_tokens=0, provenance={"model": model, "subject": subject, "index": str(index)})
+    session = Session(session_id=sid, persona_id=None, topic=f"filler: {subject}", period=None, time=None,
+                      kind="filler", n_turns=len(turns), n_tokens=0, provenance={"source": "llm", "model": model, "subject": subject, "index": str(index)})
     return with_token_counts(SessionWithTurns(session=session, turns=turns))
+
+
+SHAREGPT_BATCH = 64  # conversations conflict-filtered at a time
+SHAREGPT_GRAIN = 4  # a kept conversation is at most this fraction of the smallest budget ...
+SHAREGPT_SPARE = 20  # ... and the pool holds at least this many of the largest allowed size, so budgets fill exactly
+
+
+def sharegpt_session(conversation: Conversation, *, config: RunConfig) -> SessionWithTurns:
+    """Pure: one ShareGPT conversation -> a stored filler session (no persona, kind filler, counted)."""
+    sid = stable_id("fil", SOURCE, conversation.conversation_id)
+    turns = []
+    for user, assistant in conversation.exchanges:
+        for role, text in (("user", user), ("assistant", assistant)):
+            turns.append(Turn(session_id=sid, turn_index=len(turns), role=role, content=text))
+    session = Session(session_id=sid, persona_id=None, topic=f"filler: {SOURCE}", period=None, time=None,
+                      kind="filler", n_turns=len(turns), n_tokens=0,
+                      provenance={"source": SOURCE, "conversation_id": conversation.conversation_id})
+    return with_token_counts(SessionWithTurns(session=session, turns=turns))
+
+
+def sharegpt_filler(config: RunConfig, items: set[str], need: int) -> tuple[list[SessionWithTurns], int]:
+    """ShareGPT sessions in a seeded order, none naming a dataset item, until they hold ``need`` tokens.
+
+    Returns (kept, dropped); dropped counts conflicting and over-long conversations. A conversation may
+    take at most a quarter of the smallest budget, and the pool holds some spare, so that assembly can
+    fill every budget to within its tolerance.
+    """
+    f = config.filler
+    cap = min(f.max_session_tokens, max(200, min(config.assembly.budgets) // SHAREGPT_GRAIN))
+    need = max(need, SHAREGPT_SPARE * cap)
+    pool = sharegpt_pool(f.min_exchanges, f.max_exchanges, f.max_turn_chars)
+    order = list(range(len(pool)))
+    derive_rng(config.seed, "filler", SOURCE).shuffle(order)
+    kept: list[SessionWithTurns] = []
+    dropped, have = 0, 0
+    for start in range(0, len(order), SHAREGPT_BATCH):
+        if have >= need:
+            break
+        batch = [sharegpt_session(pool[i], config=config) for i in order[start:start + SHAREGPT_BATCH]]
+        fitting = [s for s in batch if s.session.n_tokens <= cap]
+        clean, conflicting = filter_filler(fitting, items)
+        dropped += conflicting + len(batch) - len(fitting)
+        for swt in clean:
+            if have >= need:
+                break
+            kept.append(swt)
+            have += swt.session.n_tokens
+    return kept, dropped
+
+
+def filler_sources(sessions: list[SessionWithTurns]) -> dict:
+    """What the manifest and card record about the filler: its source(s), terms, and ShareGPT conversation ids."""
+    ids = sorted(s.session.provenance["conversation_id"] for s in sessions if s.session.provenance.get("source") == SOURCE)
+    sources = sorted({s.session.provenance.get("source", "llm") for s in sessions})
+    out: dict = {"filler_source": ", ".join(sources) or "none"}
+    if ids:
+        out |= {"filler_dataset": DATASET, "filler_terms": TERMS, "filler_conversation_ids": ids}
+    return out
 
 
 def filter_filler(pool: list[SessionWithTurns], items: set[str]) -> tuple[list[SessionWithTurns], int]:

@@ -11,9 +11,11 @@ from schemas.drafts import (
     NarrationContext,
     ProfileContext,
     ProfileDraft,
+    SessionContext,
     SmallTalkContext,
     inventory_draft,
     narration_draft,
+    session_draft,
     small_talk_draft,
 )
 from schemas.llm import PingContext, PingReply
@@ -32,6 +34,8 @@ BEAT = PromptSpec(name="write_sessions.beat", template="write_sessions/beat.jinj
                   output=ExchangeDraft)
 SMALL_TALK = PromptSpec(name="write_sessions.small_talk", template="write_sessions/small_talk.jinja",
                         context=SmallTalkContext, output=small_talk_draft(2))
+SESSION = PromptSpec(name="write_sessions.session", template="write_sessions/session.jinja",
+                     context=SessionContext, output=session_draft(3, (80, 250)))
 FILLER = PromptSpec(name="filler.session", template="filler/session.jinja", context=FillerContext,
                     output=small_talk_draft(4))
 QUERY = PromptSpec(name="generate_queries.query", template="generate_queries/query.jinja", context=QueryContext,
@@ -40,5 +44,5 @@ QUERY_JUDGE = PromptSpec(name="generate_queries.judge", template="generate_queri
                          context=JudgeContext, output=judge_draft(4))
 
 ALL_SPECS: dict[str, PromptSpec] = {
-    spec.name: spec for spec in (PING, PROFILE, INVENTORY, NARRATION, BEAT, SMALL_TALK, FILLER, QUERY, QUERY_JUDGE)
+    spec.name: spec for spec in (PING, PROFILE, INVENTORY, NARRATION, BEAT, SMALL_TALK, SESSION, FILLER, QUERY, QUERY_JUDGE)
 }

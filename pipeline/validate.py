@@ -191,7 +191,8 @@ def _contexts(t: dict[str, list[BaseModel]], sessions: dict[str, Session], perio
             continue
         members = [sessions[sid] for sid in c.session_ids]
         _context_members(c, members, rank, r)
-        lay = layout(c.session_ids, sessions, profile_tokens=profiles[c.persona_id], profile_mode=c.profile_mode)
+        lay = layout(c.session_ids, sessions, profile_tokens=profiles[c.persona_id], profile_mode=c.profile_mode,
+                     session_dates=c.session_dates)
         filler = sum(s.n_tokens for s in members if s.kind == "filler")
         if (lay.n_tokens, filler) != (c.n_tokens, c.filler_tokens):
             r.error(f"contexts.n_tokens: {c.context_id} stores {c.n_tokens}/{c.filler_tokens} (total/filler), "
@@ -237,7 +238,7 @@ def _placements(t: dict[str, list[BaseModel]], sessions: dict[str, Session], tur
         if c is None or c.persona_id not in personas or any(sid not in sessions for sid in c.session_ids):
             continue
         lay = layout(c.session_ids, sessions, profile_tokens=message_tokens(profile_text(personas[c.persona_id])),
-                     profile_mode=c.profile_mode)
+                     profile_mode=c.profile_mode, session_dates=c.session_dates)
         prefixes = {sid: turn_prefix(turns_by.get(sid, [])) for sid in c.session_ids if sessions[sid].kind == "topic"}
         for p in rows:
             _placement(p, c, lay, prefixes, queries, r)

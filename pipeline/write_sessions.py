@@ -18,11 +18,20 @@ from pipeline.beats import (
 from pipeline.budget import with_token_counts
 from pipeline.catalog import load_catalog
 from pipeline.llm import LLM
-from pipeline.specs import BEAT, SMALL_TALK
+from pipeline.specs import BEAT, SESSION, SMALL_TALK
 from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn
-from schemas.drafts import BeatContext, ExchangeDraft, SmallTalkContext, small_talk_draft
+from schemas.drafts import (
+    BeatContext,
+    ExchangeDraft,
+    SessionBeatView,
+    SessionContext,
+    SmallTalkContext,
+    exchange_draft,
+    session_draft,
+    small_talk_draft,
+)
 from schemas.persona import Persona
 from schemas.timeline import Timeline
 
@@ -44,18 +53,88 @@ def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
     plans = plan_sessions(persona, timeline, config=config)
     stats = SessionStats(sessions=len(plans))
     items = sorted({p.item for p in timeline.preferences})
-    beat_turns = _beat_exchanges(persona, plans, items, llm=llm, config=config, stats=stats)
+    unvoiced = _unvoiced_before(plans, items)
+    done: dict[tuple[str, int], tuple[str, str, bool]] = {}
+    talks: dict[str, list[tuple[str, str]]] = {}
+    if config.text.writing == "session":
+        talks = _whole_sessions(persona, plans, items, unvoiced, done, llm=llm, config=config, stats=stats)
+    beat_turns = _beat_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats,
+                                 first_sample=1 if config.text.writing == "session" else 0)
     sessions = []
     for plan in plans:
-        talk = _small_talk(persona, plan, items, llm=llm, config=config, stats=stats)
-        sessions.append(build_session(plan, beat_turns[plan.session_id], talk, provenance=_provenance(llm, beat_turns[plan.session_id])))
+        talk = talks[plan.session_id] if plan.session_id in talks else _small_talk(
+            persona, plan, items, llm=llm, config=config, stats=stats)
+        sessions.append(build_session(plan, beat_turns[plan.session_id], talk,
+                                      provenance=_provenance(llm, beat_turns[plan.session_id], config)))
     return sessions, stats
 
 
-def _provenance(llm: LLM, exchanges: list[tuple[str, str, bool]]) -> dict[str, str]:
+def _provenance(llm: LLM, exchanges: list[tuple[str, str, bool]], config: RunConfig) -> dict[str, str]:
+    talk = SESSION if config.text.writing == "session" else SMALL_TALK
     return {"model": llm.name, "beat_template": llm.fingerprint(BEAT)[:16],
-            "small_talk_template": llm.fingerprint(SMALL_TALK)[:16],
+            f"{talk.name.split('.')[-1]}_template": llm.fingerprint(talk)[:16],
             "fallback_beats": str(sum(f for _, _, f in exchanges))}
+
+
+def session_order(n_talk: int, n_beats: int) -> list[int | None]:
+    """Pure: the exchanges of a session in order, as a beat index or None for an ordinary exchange: one
+    opening ordinary exchange, then the beats in order, spread evenly over the rest."""
+    rest = max(n_talk - 1, 0)
+    order: list[int | None] = [None] if n_talk else []
+    taken = 0
+    for j in range(n_beats):
+        cut = round((j + 1) * rest / (n_beats + 1))
+        order += [None] * (cut - taken) + [j]
+        taken = cut
+    return order + [None] * (rest - taken)
+
+
+def _session_context(persona: Persona, plan: SessionPlan, config: RunConfig) -> SessionContext:
+    catalog = load_catalog()
+    order = session_order(plan.small_talk, len(plan.beats))
+    beats = [SessionBeatView(exchange=k + 1, **plan.beats[j].model_dump(include={"kind", "item", "stance", "reason", "event"}))
+             for k, j in enumerate(order) if j is not None]
+    words = _words(config)
+    return SessionContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
+                          topic_description=catalog.topics[plan.topic].description if plan.topic in catalog.topics else plan.topic,
+                          date=f"{plan.time:%Y-%m-%d}", n_exchanges=len(order), assistant_words_min=words[0],
+                          assistant_words_max=words[1], beats=beats)
+
+
+def _whole_sessions(persona, plans, items, unvoiced, done, *, llm, config, stats) -> dict[str, list[tuple[str, str]]]:
+    """One call per session (grouped by size): beat exchanges that pass their checks go into ``done``;
+    returns each session's kept ordinary exchanges (offenders are dropped, never repaired)."""
+    by_size: dict[int, list[SessionPlan]] = {}
+    for plan in plans:
+        by_size.setdefault(plan.small_talk + len(plan.beats), []).append(plan)
+    talks: dict[str, list[tuple[str, str]]] = {}
+    for n, group in sorted(by_size.items()):
+        drafts = llm.generate_each(replace(SESSION, output=session_draft(n, _words(config))),
+                                   [_session_context(persona, p, config) for p in group])
+        for plan, draft in zip(group, drafts, strict=True):
+            talks[plan.session_id] = _split_session(plan, draft, items, unvoiced[plan.session_id], done, config, stats)
+    return talks
+
+
+def _split_session(plan, draft, items, unvoiced, done, config, stats) -> list[tuple[str, str]]:
+    """Check a drafted session: keep faithful beat exchanges in ``done``, return the clean ordinary ones."""
+    kept: list[tuple[str, str]] = []
+    exchanges = draft.exchanges if draft is not None else []
+    for j, ex in zip(session_order(plan.small_talk, len(plan.beats)), exchanges, strict=False):
+        if j is None:
+            if any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config):
+                stats.small_talk_dropped += 1
+            else:
+                kept.append((_clean(ex.user), _clean(ex.assistant)))
+            continue
+        problem = beat_problem(plan.beats[j], ex.user, ex.assistant, unvoiced=unvoiced,
+                               max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(ex.assistant, _words(config))
+        if problem is None:
+            done[(plan.session_id, j)] = (_clean(ex.user), _clean(ex.assistant), False)
+        else:
+            stats.problems[problem.split(" '")[0]] = stats.problems.get(problem.split(" '")[0], 0) + 1
+    stats.small_talk_kept += len(kept)
+    return kept or ([] if plan.beats else [_plain_small_talk(plan.topic)])
 
 
 def _unvoiced_before(plans: list[SessionPlan], items: list[str]) -> dict[str, list[str]]:
@@ -68,28 +147,43 @@ def _unvoiced_before(plans: list[SessionPlan], items: list[str]) -> dict[str, li
     return out
 
 
-def _beat_context(persona: Persona, plan: SessionPlan, beat: Beat) -> BeatContext:
+def _words(config: RunConfig) -> tuple[int, int]:
+    return config.text.assistant_words_min, config.text.assistant_words_max
+
+
+def _beat_context(persona: Persona, plan: SessionPlan, beat: Beat, words: tuple[int, int]) -> BeatContext:
     return BeatContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
                        date=f"{plan.time:%Y-%m-%d}", kind=beat.kind, item=beat.item, stance=beat.stance,
-                       reason=beat.reason, event=beat.event)
+                       reason=beat.reason, event=beat.event, assistant_words_min=words[0], assistant_words_max=words[1])
 
 
-def _beat_exchanges(persona, plans, items, *, llm, config, stats) -> dict[str, list[tuple[str, str, bool]]]:
-    """Per session, one (user, assistant, is_fallback) per beat, in beat order."""
-    unvoiced = _unvoiced_before(plans, items)
+def length_problem(assistant: str, words: tuple[int, int]) -> str | None:
+    """Why an assistant turn misses the profile's target length (in words), or None when it fits."""
+    n = len(assistant.split())
+    if n < words[0]:
+        return f"assistant turn shorter than {words[0]} words"
+    if n > words[1]:
+        return f"assistant turn longer than {words[1]} words"
+    return None
+
+
+def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first_sample: int = 0) -> dict[str, list[tuple[str, str, bool]]]:
+    """Per session, one (user, assistant, is_fallback) per beat, in beat order; beats already in ``done``
+    (written by the session call) are kept, the others are worded one call each from ``first_sample``."""
+    words = _words(config)
     todo = [(plan, i, beat) for plan in plans for i, beat in enumerate(plan.beats)]
     stats.beats = len(todo)
-    done: dict[tuple[str, int], tuple[str, str, bool]] = {}
-    for sample in range(config.text.attempts):
+    for sample in range(first_sample, config.text.attempts):
         pending = [(p, i, b) for p, i, b in todo if (p.session_id, i) not in done]
         if not pending:
             break
         stats.regenerated += len(pending) if sample else 0
-        drafts = llm.generate_each(BEAT, [_beat_context(persona, p, b) for p, _, b in pending], sample_index=sample)
+        drafts = llm.generate_each(replace(BEAT, output=exchange_draft(*words)),
+                                   [_beat_context(persona, p, b, words) for p, _, b in pending], sample_index=sample)
         for (plan, i, beat), draft in zip(pending, drafts, strict=True):
             problem = "model call failed" if draft is None else beat_problem(
                 beat, draft.user, draft.assistant, unvoiced=unvoiced[plan.session_id],
-                max_tokens=config.text.max_turn_tokens, count=count_tokens)
+                max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(draft.assistant, words)
             if problem is None:
                 done[(plan.session_id, i)] = (_clean(draft.user), _clean(draft.assistant), False)
             else:
@@ -118,8 +212,9 @@ def _small_talk(persona, plan: SessionPlan, items: list[str], *, llm, config, st
     catalog = load_catalog()
     context = SmallTalkContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
                                topic_description=catalog.topics[plan.topic].description if plan.topic in catalog.topics else plan.topic,
-                               date=f"{plan.time:%Y-%m-%d}", n_exchanges=n)
-    (draft,) = llm.generate_each(replace(SMALL_TALK, output=small_talk_draft(n)), [context])
+                               date=f"{plan.time:%Y-%m-%d}", n_exchanges=n, assistant_words_min=_words(config)[0],
+                               assistant_words_max=_words(config)[1])
+    (draft,) = llm.generate_each(replace(SMALL_TALK, output=small_talk_draft(n, _words(config))), [context])
     kept = []
     for ex in (draft.exchanges if draft else []):
         if any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config):
@@ -138,14 +233,17 @@ def _plain_small_talk(topic: str) -> tuple[str, str]:
 
 
 def _too_long(ex: ExchangeDraft, config: RunConfig) -> bool:
-    return max(count_tokens(ex.user), count_tokens(ex.assistant)) > config.text.max_turn_tokens
+    """Over the token cap, or an assistant turn outside the target words."""
+    too_many = max(count_tokens(ex.user), count_tokens(ex.assistant)) > config.text.max_turn_tokens
+    return too_many or length_problem(ex.assistant, _words(config)) is not None
 
 
 def build_session(plan: SessionPlan, beats: list[tuple[str, str, bool]], talk: list[tuple[str, str]], *, provenance: dict[str, str]) -> SessionWithTurns:
-    """Pure: one opening small-talk exchange, then the beats in order, then the rest of the small talk."""
-    rows: list[tuple[str, str, Beat | None, bool]] = [(u, a, None, False) for u, a in talk[:1]]
-    rows += [(u, a, beat, fb) for (u, a, fb), beat in zip(beats, plan.beats, strict=True)]
-    rows += [(u, a, None, False) for u, a in talk[1:]]
+    """Pure: the exchanges in :func:`session_order` (an opening ordinary exchange, then the beats spread evenly)."""
+    beat_rows = [(u, a, beat, fb) for (u, a, fb), beat in zip(beats, plan.beats, strict=True)]
+    talk_rows = iter([(u, a, None, False) for u, a in talk])
+    rows: list[tuple[str, str, Beat | None, bool]] = [
+        next(talk_rows) if j is None else beat_rows[j] for j in session_order(len(talk), len(beat_rows))]
     turns: list[Turn] = []
     for user, assistant, beat, fb in rows:
         turns.append(Turn(session_id=plan.session_id, turn_index=len(turns), role="user", content=user,

@@ -95,11 +95,44 @@ class TextSettings(Strict):
     inventory_size: int = Field(default=12, ge=3, le=40, description="candidate items the model writes per topic")
     stereotype_items: int = Field(default=3, ge=0, le=10, description="catalog items matching the demographics")
     sessions_per_period: int = Field(default=1, ge=1, le=6)
-    small_talk_exchanges: int = Field(default=2, ge=0, le=12, description="ordinary exchanges per session")
-    max_turn_tokens: int = Field(default=300, ge=20, le=4000)
+    small_talk_exchanges: int = Field(default=2, ge=0, le=12, description="fewest ordinary exchanges per session")
+    session_exchanges: int = Field(
+        default=6, ge=1, le=15, description="exchanges per session (beats + ordinary ones, two turns each), at least")
+    writing: Literal["session", "exchange"] = Field(
+        default="session", description="session: one call writes a whole session, failing beats are rewritten one "
+                                       "by one; exchange: a call per beat plus one for the ordinary exchanges")
+    assistant_words_min: int = Field(default=80, ge=3, le=1000, description="shortest assistant turn, in words")
+    assistant_words_max: int = Field(default=250, ge=5, le=2000, description="longest assistant turn, in words")
+    max_turn_tokens: int = Field(default=450, ge=20, le=4000)
     attempts: int = Field(default=3, ge=1, le=6, description="model attempts per item before code takes over")
     filler_pool_size: int = Field(default=40, ge=0, le=100_000)
     filler_exchanges: int = Field(default=4, ge=1, le=20)
+
+    @model_validator(mode="after")
+    def _words(self) -> TextSettings:
+        if self.assistant_words_min > self.assistant_words_max:
+            raise ValueError("text.assistant_words_min is greater than text.assistant_words_max")
+        return self
+
+    def ordinary_exchanges(self, n_beats: int) -> int:
+        """Ordinary exchanges a session with ``n_beats`` beats gets: enough to reach ``session_exchanges``."""
+        return max(self.small_talk_exchanges, self.session_exchanges - n_beats)
+
+
+class FillerSettings(Strict):
+    """Where filler comes from: real conversations (ShareGPT, as LongMemEval does) or the model."""
+
+    source: Literal["sharegpt", "llm"] = Field(default="sharegpt", description="sharegpt: no model calls for filler")
+    min_exchanges: int = Field(default=2, ge=1, le=50, description="shortest ShareGPT conversation kept, in exchanges")
+    max_exchanges: int = Field(default=20, ge=1, le=200, description="longest ShareGPT conversation kept, in exchanges")
+    max_turn_chars: int = Field(default=4000, ge=100, le=100_000, description="ShareGPT conversations with a longer turn are skipped")
+    max_session_tokens: int = Field(default=5000, ge=200, le=100_000, description="longest ShareGPT conversation kept, in tokens")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> FillerSettings:
+        if self.min_exchanges > self.max_exchanges:
+            raise ValueError("filler.min_exchanges is greater than filler.max_exchanges")
+        return self
 
 
 class RefreshSettings(Strict):
@@ -179,6 +212,7 @@ class RunConfig(Strict):
     personas: PersonaSettings = Field(default_factory=PersonaSettings)
     timeline: TimelineSettings = Field(default_factory=TimelineSettings)
     text: TextSettings = Field(default_factory=TextSettings)
+    filler: FillerSettings = Field(default_factory=FillerSettings)
     refresh: RefreshSettings = Field(default_factory=RefreshSettings)
     assembly: AssemblySettings = Field(default_factory=AssemblySettings)
     queries: QuerySettings = Field(default_factory=QuerySettings)

@@ -30,10 +30,11 @@ class AssemblySettings(BaseModel):
         default_factory=lambda: ["focal_gap", "end_gap"], min_length=1, description="modes the seed chooses among"
     )
     profile: ProfileMode = Field(default="once", description="profile system message once, or before each persona session")
+    session_dates: bool = Field(default=True, description="each session opens with a system message carrying its date")
     tolerance: float = Field(default=0.02, gt=0, lt=0.5, description="a context ends within this fraction below its budget")
     gap_fraction: float = Field(default=0.5, ge=0, le=1, description="share of the filler that forms the long gap")
     max_persona_fraction: float = Field(
-        default=0.8, gt=0, le=1, description="most of a budget the persona's own sessions may take; the rest is filler"
+        default=1.0, gt=0, le=1, description="most of a budget the persona's own sessions may take; filler fills the rest"
     )
 
     @model_validator(mode="after")
@@ -75,6 +76,7 @@ class Context(BaseModel):
     filler_tokens: int = Field(ge=0)
     profile_mode: ProfileMode = Field(default="once", description="where the profile system message appears")
     focal_topic: str | None = Field(default=None, description="the topic whose gap the ordering mode places")
+    session_dates: bool = Field(default=False, description="each session opens with a system message of its date")
 
 
 class Placement(BaseModel):

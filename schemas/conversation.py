@@ -35,11 +35,17 @@ class Session(BaseModel):
     persona_id: str | None
     topic: str
     period: str | None
-    time: datetime
+    time: datetime | None = Field(description="when it happened; None for filler, which takes the date of its slot")
     kind: SessionKind
     n_turns: int = Field(ge=0)
     n_tokens: int = Field(ge=0)
     provenance: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _dated(self) -> Session:
+        if self.kind == "topic" and self.time is None:
+            raise ValueError(f"session {self.session_id}: a topic session needs a time")
+        return self
 
 
 class SessionWithTurns(BaseModel):

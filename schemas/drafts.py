@@ -185,6 +185,8 @@ class BeatContext(BaseModel):
     stance: str | None
     reason: str | None
     event: str | None
+    assistant_words_min: int = 80
+    assistant_words_max: int = 250
 
 
 class ExchangeDraft(BaseModel):
@@ -206,8 +208,55 @@ class ExchangeDraft(BaseModel):
                     f"{rng.choice(verbs[context.stance or 'like'])} {context.item}.")
         else:
             user = f"For what it's worth, I {rng.choice(verbs[context.stance or 'like'])} {context.item}."
-        return cls(user=user, assistant="Thanks for telling me, that helps me understand you better. "
-                                        "Want some ideas that fit?")
+        opening = "Thanks for telling me, that helps me understand you better."
+        return cls(user=user, assistant=helpful_reply(opening, _target_words(cls, context), rng))
+
+
+# Generic, item-free advice the fake backend strings together to reach an assistant turn's target length.
+_ADVICE = ("Start with what you need this week and leave the rest for later.",
+           "Write the plan down, because a short list is easier to keep than a long one in your head.",
+           "Pick one small step you can take today and notice how it feels afterwards.",
+           "Set aside a fixed time for it, so it does not compete with everything else.",
+           "Check in with yourself after a few days and adjust what did not fit.",
+           "If something feels like too much, cut it in half and try the smaller version first.",
+           "Ask a friend to join you once or twice; it is easier to stay with something together.",
+           "Keep a short note of what worked, so next time you can start from there.",
+           "Think about the cost in time and money before you commit, and set a limit you are comfortable with.",
+           "It is fine to change course; the point is to find what suits your life right now.")
+
+
+def helpful_reply(opening: str, words: tuple[int, int], rng: random.Random) -> str:
+    """Fake text: an opening plus generic advice, a seeded length within ``words`` (low, high)."""
+    target = rng.randint(words[0], max(words))
+    words = opening.split()
+    advice = list(_ADVICE)
+    rng.shuffle(advice)
+    i = 0
+    while len(words) < target:
+        words += advice[i % len(advice)].split()
+        i += 1
+    return " ".join(words[:max(target, 3)]).rstrip(",;") + ("" if words[max(target, 3) - 1].endswith(".") else ".")
+
+
+def _assistant_field(low: int, high: int):
+    """The assistant turn of a sized exchange: character bounds that follow from the word targets."""
+    return (str, Field(min_length=max(15, low * 3), max_length=max(500, high * 9),
+                       description=f"The assistant's reply, {low}-{high} words: it really helps (ideas, plans, "
+                                   "explanations) and only repeats what the user said about themselves."))
+
+
+def _target_words(exchange: type[ExchangeDraft], context: BaseModel) -> tuple[int, int]:
+    """The word range a fake reply aims for: the context's targets for a sized exchange, else a short reply."""
+    if exchange is ExchangeDraft:
+        return (12, 24)
+    return (context.assistant_words_min, context.assistant_words_max)
+
+
+@cache
+def exchange_draft(words_min: int, words_max: int) -> type[ExchangeDraft]:
+    """One exchange whose assistant turn runs ``words_min``-``words_max`` words."""
+    return create_model(f"ExchangeDraft{words_min}to{words_max}", __base__=ExchangeDraft,
+                        assistant=_assistant_field(words_min, words_max))
 
 
 class SmallTalkContext(BaseModel):
@@ -225,14 +274,17 @@ class SmallTalkContext(BaseModel):
     topic_description: str
     date: str
     n_exchanges: int
+    assistant_words_min: int = 80
+    assistant_words_max: int = 250
 
 
 @cache
-def small_talk_draft(n_exchanges: int) -> type[BaseModel]:
-    """Exactly ``n_exchanges`` ordinary exchanges."""
+def small_talk_draft(n_exchanges: int, words: tuple[int, int] | None = None) -> type[BaseModel]:
+    """Exactly ``n_exchanges`` ordinary exchanges; with ``words``, assistant turns of that many words."""
+    exchange = exchange_draft(*words) if words else ExchangeDraft
     model = create_model(
-        f"SmallTalkDraft{n_exchanges}",
-        exchanges=(list[ExchangeDraft], Field(min_length=n_exchanges, max_length=n_exchanges)),
+        f"SmallTalkDraft{n_exchanges}" + (f"w{words[0]}to{words[1]}" if words else ""),
+        exchanges=(list[exchange], Field(min_length=n_exchanges, max_length=n_exchanges)),
     )
     model.fake_output = classmethod(_fake_small_talk)
     return model
@@ -245,13 +297,78 @@ _QUESTIONS = ["How should I plan my week around this?", "What's a good first ste
 
 def _fake_small_talk(cls, context: SmallTalkContext | FillerContext, rng: random.Random) -> BaseModel:
     subject = getattr(context, "topic", None) or getattr(context, "subject", "this")
+    exchange = cls.model_fields["exchanges"].annotation.__args__[0]
     exchanges = [
-        ExchangeDraft(user=f"{rng.choice(_QUESTIONS)} It's about {subject}.",
-                      assistant=f"Good question. For {subject}, start small, write down what you need, "
-                                f"and review it after a few days.")
+        exchange(user=f"{rng.choice(_QUESTIONS)} It's about {subject}.",
+                 assistant=helpful_reply(f"Good question. For {subject}, start small.", _target_words(exchange, context), rng))
         for _ in range(context.n_exchanges)
     ]
     return cls(exchanges=exchanges)
+
+
+class SessionBeatView(BaseModel):
+    """A beat as the session writer sees it: which exchange voices it, and the fixed facts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    exchange: int = Field(ge=1, description="1-based position of the exchange that voices it")
+    kind: BeatKind
+    item: str | None
+    stance: str | None
+    reason: str | None
+    event: str | None
+
+
+class SessionContext(BaseModel):
+    """A whole session to write in one call: ordinary exchanges, with the beats at fixed positions."""
+
+    model_config = _examples({
+        "name": "Amara Okafor", "profile": "Amara is a 34-year-old nurse in Lagos.", "style": _STYLE_EXAMPLE,
+        "topic": "foodRecommendation", "topic_description": "What to eat and cook.", "date": "2025-01-13",
+        "n_exchanges": 3, "assistant_words_min": 80, "assistant_words_max": 250,
+        "beats": [{"exchange": 2, "kind": "initial_preference", "item": "spicy Sichuan hotpot", "stance": "like",
+                   "reason": None, "event": None}],
+    })
+
+    name: str
+    profile: str
+    style: Style
+    topic: str
+    topic_description: str
+    date: str
+    n_exchanges: int
+    assistant_words_min: int
+    assistant_words_max: int
+    beats: list[SessionBeatView]
+
+
+@cache
+def session_draft(n_exchanges: int, words: tuple[int, int]) -> type[BaseModel]:
+    """A whole session: exactly ``n_exchanges`` exchanges in order, assistant turns of ``words`` words."""
+    model = create_model(
+        f"SessionDraft{n_exchanges}w{words[0]}to{words[1]}",
+        exchanges=(list[exchange_draft(*words)], Field(min_length=n_exchanges, max_length=n_exchanges,
+                                                       description="The exchanges in order; exchange k voices the "
+                                                                   "beat listed for position k, the others none.")),
+    )
+    model.fake_output = classmethod(_fake_session)
+    return model
+
+
+def _fake_session(cls, context: SessionContext, rng: random.Random) -> BaseModel:
+    exchange = cls.model_fields["exchanges"].annotation.__args__[0]
+    beats = {b.exchange: b for b in context.beats}
+    shared = context.model_dump(include={"name", "profile", "style", "topic", "date", "assistant_words_min",
+                                         "assistant_words_max"})
+    out = []
+    for k in range(1, context.n_exchanges + 1):
+        if k in beats:
+            view = BeatContext(**shared, **beats[k].model_dump(exclude={"exchange"}))
+            out.append(exchange.fake_output(view, rng))
+        else:
+            out.append(exchange(user=f"{rng.choice(_QUESTIONS)} It's about {context.topic}.",
+                                assistant=helpful_reply("Good question, start small.", _target_words(exchange, context), rng)))
+    return cls(exchanges=out)
 
 
 class FillerContext(BaseModel):

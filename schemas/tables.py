@@ -98,7 +98,7 @@ SESSIONS = _schema(
     ("persona_id", STR, True),
     ("topic", STR, False),
     ("period", STR, True),
-    ("time", TS, False),
+    ("time", TS, True),
     ("kind", STR, False),
     ("n_turns", pa.int32(), False),
     ("n_tokens", pa.int64(), False),
@@ -139,6 +139,7 @@ CONTEXTS = _schema(
     ("filler_tokens", pa.int64(), False),
     ("profile_mode", STR, False),
     ("focal_topic", STR, True),
+    ("session_dates", pa.bool_(), False),
 )
 PLACEMENTS = _schema(
     ("context_id", STR, False),

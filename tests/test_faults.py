@@ -30,7 +30,7 @@ from schemas.tables import TABLES
 from tests.support.procs import kill_group, start_in_group
 
 REPO = Path(__file__).resolve().parents[1]
-FAULTY = "fake?malformed_json=0.1&rate_limit=0.05&timeout=0.02&truncation=0.02"
+FAULTY = "fake?malformed_json=0.1&rate_limit=0.05&timeout=0.02&timeout=@7&truncation=0.02"  # @7: at least one timeout
 TRANSPORT = ("rate_limit", "timeout")
 CONTENT = ("malformed_json", "truncation")
 
@@ -59,11 +59,13 @@ def injected(monkeypatch) -> collections.Counter:
 
 def spec_for(root: Path, llm: str, *, n: int = 2) -> RunSpec:
     """A smoke run with short timeouts and backoff, so injected timeouts cost little; budgets of 1,500 and
-    3,000 tokens (more filler calls than smoke's own) so that every fault rate is hit."""
+    3,000 tokens and model-written filler (more filler calls than smoke's own) so that every fault rate is hit."""
     settings = LLMSettings(llm=llm, cache_path=root / "cache" / "llm.sqlite", timeout_s=0.3, backoff_s=0.01,
                            backoff_max_s=0.05)
     config = load_config("smoke", n_personas=n, seed=11)
-    config = config.model_copy(update={"assembly": config.assembly.model_copy(update={"budgets": [1500, 3000]})})
+    config = config.model_copy(update={"assembly": config.assembly.model_copy(update={"budgets": [1500, 3000]}),
+                                       "filler": config.filler.model_copy(update={"source": "llm"}),  # model calls
+                                       "text": config.text.model_copy(update={"writing": "exchange"})})
     return RunSpec(config=config, llm=settings, outputs=root / "out")
 
 
@@ -87,7 +89,7 @@ def assert_valid(version: Path) -> None:
 
 
 def test_faulty_model_run_publishes_every_row(harness, injected, tmp_path):
-    """10% malformed, 5% 429, 2% timeouts, 2% truncated: same tables as a clean run, every fault accounted."""
+    """10% malformed, 5% 429, 2% timeouts (and call 7), 2% truncated: same tables as a clean run, every fault accounted."""
     from flows.generate import run_generate
 
     clean = run_generate(spec_for(tmp_path / "clean", "fake"), workers=2)

@@ -71,15 +71,15 @@ def test_growing_n_reuses_finished_personas(harness, tmp_path):
 
 
 def test_killed_run_resumes_with_each_request_sent_once(tmp_path):
-    """A run killed at the 40th model call (like kill -9) reruns to completion; no request is sent twice."""
+    """A run killed at the 20th model call (like kill -9) reruns to completion; no request is sent twice."""
     env = {**os.environ, "PREFECT_LOGGING_LEVEL": "ERROR"}
     cache = tmp_path / "cache" / "llm.sqlite"
     base = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "2", "--seed", "5",
             "--outputs", str(tmp_path / "out"), "--cache", str(cache), "--workers", "1"]
-    killed = _run_cli([*base, "--llm", "fake?exit_after=40"], env, tmp_path / "killed.log")
+    killed = _run_cli([*base, "--llm", "fake?exit_after=20"], env, tmp_path / "killed.log")
     assert killed == 137, (tmp_path / "killed.log").read_text()[-2000:]
     rows_after_kill = _ok_rows(cache)
-    assert 0 < rows_after_kill <= 40  # calls are committed as they finish; in-flight ones die with the process
+    assert 0 < rows_after_kill <= 20  # calls are committed as they finish; in-flight ones die with the process
     done = _run_cli([*base, "--llm", "fake"], env, tmp_path / "resumed.log")
     assert done == 0, (tmp_path / "resumed.log").read_text()[-2000:]
     (version,) = (tmp_path / "out" / "smoke").glob("v0*")
@@ -187,6 +187,7 @@ def test_filler_top_up_asks_for_what_the_shortfall_needs(tmp_path):
     from pipeline.run.jobs import FILLER_BATCH_MAX, complete_filler, top_up_size
 
     spec = spec_for(tmp_path, 2)
+    spec.config.filler.source = "llm"  # the model-written pool is what gets topped up
     need = filler_need(spec.config, [1000])
     assert need == 2000 - 1000 + 200  # smoke: largest budget 2,000, margin a tenth of it
     kept, dropped, usage = complete_filler(spec, [], set(), [1000])
@@ -198,3 +199,7 @@ def test_filler_top_up_asks_for_what_the_shortfall_needs(tmp_path):
     assert top_up_size(10, [], spec.config) == 1
     assert top_up_size(10**9, kept, spec.config) == FILLER_BATCH_MAX
     assert top_up_size(1000, kept[:2], spec.config) == math.ceil(1250 / (sum(sizes[:2]) / 2))
+    spec.config.filler.source = "sharegpt"  # the default: real conversations, no model call
+    kept, _, usage = complete_filler(spec, [], set(), [1000])
+    assert sum(s.session.n_tokens for s in kept) >= need and usage.total.calls == 0
+    assert {s.session.provenance["source"] for s in kept} == {"sharegpt"}

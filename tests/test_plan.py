@@ -194,7 +194,8 @@ def test_plan_counts_the_calls_a_stage_makes_again_after_code_rejects_a_reply(tm
     resampled = [ask[0], {"role": "user", "content": "u\n\n" + RESAMPLE.format(problem="too long")}]
     assert first_ask(resampled) == ask
 
-    config = load_config("default", n_personas=2)
+    config = load_config("default", n_personas=2)  # a call per beat (whole sessions call BEAT only to rewrite one)
+    config = config.model_copy(update={"text": config.text.model_copy(update={"writing": "exchange"})})
     llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "llm.sqlite"))
     before = estimate_run(config, llm, workers=1)
     label, n = call_labels(config)["beat"], 0

@@ -33,10 +33,11 @@ def hostile_model(monkeypatch) -> None:
 
     async def hostile(fault, text, request):
         reply = await original(fault, text, request)
-        if request.output.__name__ != "ExchangeDraft":
+        if not request.output.__name__.startswith(("ExchangeDraft", "SessionDraft")):
             return reply
         data = json.loads(reply.text)
-        data = {k: f"{v} {' '.join(HOSTILE)}" for k, v in data.items()}
+        for exchange in data.get("exchanges", [data]):
+            exchange.update({k: f"{v} {' '.join(HOSTILE)}" for k, v in exchange.items()})
         return reply.model_copy(update={"text": json.dumps(data)})
 
     monkeypatch.setattr(pipeline.llm.fake, "_apply", hostile)

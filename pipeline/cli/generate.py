@@ -74,6 +74,8 @@ class RichReporter:
 
 
 def _plan_table(estimate, config, llm_name: str) -> Table:
+    from pipeline.run.estimate import density_rows
+
     table = Table(title=f"plan: {config.dataset}, {estimate.personas} personas, {llm_name}")
     table.add_column("figure")
     table.add_column("value", justify="right")
@@ -89,6 +91,7 @@ def _plan_table(estimate, config, llm_name: str) -> Table:
         ("measured speed", f"{estimate.tokens_per_s:,.0f} tokens/s" if estimate.tokens_per_s else "unknown"),
         ("ETA (cache misses only)", eta),
         ("budgets", ", ".join(f"{b:,}" for b in sorted(config.assembly.budgets))),
+        *density_rows(estimate),
     ]:
         table.add_row(name, value)
     return table

@@ -11,9 +11,9 @@ from pipeline.beats import plan_sessions
 from pipeline.filler import filler_need
 from pipeline.llm import LLM, call_label
 from pipeline.run.plan import build_plan
-from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SMALL_TALK
+from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SESSION, SMALL_TALK
 from schemas.config import RunConfig
-from schemas.drafts import inventory_draft, small_talk_draft
+from schemas.drafts import exchange_draft, inventory_draft, small_talk_draft
 from schemas.query import QUERY_TYPES
 from schemas.query_drafts import query_draft
 
@@ -41,6 +41,8 @@ class Estimate(BaseModel):
     cost_usd: float | None
     tokens_per_s: float | None
     eta_s: float | None
+    own_tokens_per_persona: int = 0
+    filler_share: dict[int, float] = {}
 
 
 def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
@@ -52,6 +54,9 @@ def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
     life = sum(e.kind == "life_event" for t in plan.timelines for e in t.events)
     sessions = len(config.topics) * len(config.periods) * config.text.sessions_per_period
     queries = sum(config.queries.quota(t) for t in QUERY_TYPES)
+    if config.text.writing == "session":  # one call per session; a beat call only rewrites a failing beat
+        return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": 0.0,
+                "small_talk": sessions, "query": queries, "sessions": sessions, "beats": beats / n}
     return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": beats / n,
             "small_talk": sessions if config.text.small_talk_exchanges else 0, "query": queries, "sessions": sessions}
 
@@ -116,9 +121,10 @@ def call_labels(config: RunConfig) -> dict[str, str]:
     """The cache label of each kind of call this config makes (`pipeline.llm.call_label`); narration's
     output size varies per event, so it is matched by spec name alone."""
     return {
-        "profile": call_label(PROFILE), "beat": call_label(BEAT), "narration": f"{NARRATION.name}/",
+        "profile": call_label(PROFILE), "narration": f"{NARRATION.name}/",
+        "beat": call_label(replace(BEAT, output=exchange_draft(config.text.assistant_words_min, config.text.assistant_words_max))),
         "inventory": call_label(replace(INVENTORY, output=inventory_draft(config.text.inventory_size))),
-        "small_talk": call_label(replace(SMALL_TALK, output=small_talk_draft(max(1, config.text.small_talk_exchanges)))),
+        "small_talk": f"{(SESSION if config.text.writing == 'session' else SMALL_TALK).name}/",  # sized per session
         "filler": call_label(replace(FILLER, output=small_talk_draft(config.text.filler_exchanges))),
         "query": call_label(replace(QUERY, output=query_draft(config.queries.n_options))),
     }
@@ -137,6 +143,7 @@ def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
     sizes["inventory"] = OUTPUT_TOKENS["inventory"] * config.text.inventory_size
     sizes["small_talk"] = OUTPUT_TOKENS["small_talk"] * max(1, config.text.small_talk_exchanges)
     sizes["filler"] = OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
+    sizes |= target_sizes(config, per_persona_counts(config))
     measured = llm.cache.tokens_by_spec(llm.backend.provider, llm.backend.model)
     for kind, label in call_labels(config).items():
         rows = [(n, mean) for spec, (n, mean) in measured.items() if _labelled(spec, label)]
@@ -174,6 +181,8 @@ def attempts_per_item(config: RunConfig, llm: LLM) -> dict[str, float]:
 def filler_calls(config: RunConfig, counts: dict[str, float], sizes: dict[str, float]) -> int:
     """Filler sessions the run will write: the configured pool, or more when the largest budget needs more
     filler than that pool holds (the run tops the pool up until it can fill every context)."""
+    if config.filler.source == "sharegpt":
+        return 0  # real conversations: no model call
     own = sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"]
     return max(config.text.filler_pool_size, math.ceil(filler_need(config, [int(own)]) / max(sizes["filler"], 1.0)))
 
@@ -198,7 +207,7 @@ def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
     sizes = call_tokens(config, llm)
     n = config.n_personas
     filler = filler_calls(config, counts, sizes)
-    calls = sum(v for k, v in counts.items() if k != "sessions") * n + filler
+    calls = sum(v for k, v in counts.items() if k not in ("sessions", "beats")) * n + filler
     out = sum(sizes[k] * v for k, v in counts.items() if k in sizes) * n + filler * sizes["filler"]
     inp = int(calls * 350)
     speed = recent_throughput(llm)
@@ -209,5 +218,29 @@ def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
         speed = out / eta if eta else None
     price = llm.settings.prices.get(llm.backend.model)
     cost = (inp * price.input_per_mtok + out * price.output_per_mtok) / 1e6 if price else None
+    own = int(sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"])
     return Estimate(personas=n, sessions=int(counts["sessions"] * n), llm_calls=int(calls), output_tokens=int(out),
-                    input_tokens=inp, cost_usd=cost, tokens_per_s=speed, eta_s=eta)
+                    input_tokens=inp, cost_usd=cost, tokens_per_s=speed, eta_s=eta, own_tokens_per_persona=own,
+                    filler_share={b: max(0.0, 1 - own / b) for b in sorted(config.assembly.budgets)})
+
+
+def target_sizes(config: RunConfig, counts: dict[str, float]) -> dict[str, float]:
+    """Typical generated tokens of a beat call and of a session's ordinary exchanges under the profile's
+    length targets (about 1.3 tokens a word, 40 tokens a user turn), before the cache has measured them."""
+    text = config.text
+    exchange = 40 + 1.3 * (text.assistant_words_min + text.assistant_words_max) / 2
+    beats_per_session = counts.get("beats", counts["beat"]) / max(counts["sessions"], 1)
+    ordinary = max(text.small_talk_exchanges, text.session_exchanges - beats_per_session, 1)
+    whole = ordinary + beats_per_session if text.writing == "session" else ordinary
+    return {"beat": max(OUTPUT_TOKENS["beat"], exchange), "small_talk": exchange * whole}
+
+
+def density_rows(estimate: Estimate) -> list[tuple[str, str]]:
+    """The plan's lines on density and cost per persona: own tokens, filler share per budget, calls, tokens."""
+    n = max(estimate.personas, 1)
+    shares = ", ".join(f"{b:,}: {s:.0%}" for b, s in estimate.filler_share.items())
+    return [("own tokens per persona", f"{estimate.own_tokens_per_persona:,}"),
+            ("filler share per budget (own text first)", shares or "n/a"),
+            ("calls per persona", f"{estimate.llm_calls / n:,.1f}"),
+            ("tokens per persona (generated + prompt)", f"{(estimate.output_tokens + estimate.input_tokens) / n:,.0f}"),
+            ("cost per persona", f"${estimate.cost_usd / n:,.4f}" if estimate.cost_usd is not None else "n/a")]

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pipeline.assemble_contexts import assemble_all
 from pipeline.dataset import publish
 from pipeline.errors import UserError
-from pipeline.filler import filler_need, filter_filler, write_filler_pool
+from pipeline.filler import filler_need, filler_sources, filter_filler, sharegpt_filler, write_filler_pool
 from pipeline.generate_queries import generate_queries
 from pipeline.llm import LLM
 from pipeline.llm.factory import backend_name, resolve_backend_string
@@ -114,7 +114,9 @@ def reuse_checkpoints(seeds: list[PersonaSeed], spec: RunSpec) -> dict[int, JobR
 
 
 def filler_job(spec: RunSpec) -> tuple[list[SessionWithTurns], UsageSummary]:
-    """The dataset's filler pool (cached per call like everything else)."""
+    """The dataset's model-written filler pool (cached per call like everything else); none for ShareGPT filler."""
+    if spec.config.filler.source == "sharegpt":
+        return [], UsageSummary()
     llm = LLM(spec.llm)
     return write_filler_pool(llm=llm, config=spec.config), llm.usage_summary()
 
@@ -139,8 +141,10 @@ def complete_filler(spec: RunSpec, pool: list[SessionWithTurns], items: set[str]
     Each round asks for about as many sessions as the shortfall needs (not a fixed batch): on the embedded
     model a filler call takes seconds, and a round of calls nobody needs held up the whole run.
     """
-    llm = LLM(spec.llm)
     need = filler_need(spec.config, own_tokens)
+    if spec.config.filler.source == "sharegpt":
+        return (*sharegpt_filler(spec.config, items, need), UsageSummary())
+    llm = LLM(spec.llm)
     kept, dropped = filter_filler(pool, items)
     start = max([spec.config.text.filler_pool_size] + [int(s.session.provenance["index"]) + 1 for s in pool])
     while (shortfall := need - sum(s.session.n_tokens for s in kept)) > 0:
@@ -168,7 +172,7 @@ def run_summary(jobs: list[JobResult], filler: list[SessionWithTurns], filler_dr
     for part in [job.usage for job in jobs] + filler_usage:
         usage.merge(part)
     stats = {"personas_from_checkpoint": sum(j.from_checkpoint for j in jobs),
-             "filler_sessions": len(filler), "filler_dropped": filler_dropped,
+             "filler_sessions": len(filler), "filler_dropped": filler_dropped, **filler_sources(filler),
              "query_stats": [j.result.query_stats for j in jobs]}
     return usage, stats
 
