@@ -13,7 +13,8 @@ assistant only). What the upstream code requires, and how it is met:
 - a query without evidence turns (an abstention: the evidence is that nothing was said) gets the
   ``_abs`` suffix LongMemEval uses for abstention, and an empty ``answer_session_ids``;
 - dates are ``YYYY/MM/DD (Ddd) HH:MM`` with English weekdays whatever the locale; a filler session
-  (its own time is a placeholder) takes the date of the session before it, so dates never decrease.
+  (it has no time of its own) takes the date of the slot it fills, as in the context's date messages
+  (``assemble_contexts.slot_dates``), so dates never decrease.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
+from pipeline.assemble_contexts import slot_dates
 from pipeline.dataset import Dataset, export_folder, write_json_list
 from pipeline.errors import UserError
 from pipeline.export import ExportedFile, letter, option_strings, placements_by_context, size_labels
@@ -83,6 +85,7 @@ def haystack(context: Context, sessions: list[SessionWithTurns], end_index: int)
     for swt in sessions:
         if context.profile_mode == "per_session" and swt.session.kind == "topic":
             position += 1
+        position += context.session_dates  # the system message that opens the session with its date
         visible = swt.turns[: max(0, end_index - position)]
         if not visible:
             break
@@ -95,12 +98,13 @@ def haystack(context: Context, sessions: list[SessionWithTurns], end_index: int)
 def longmemeval_entry(q: Query, placement: Placement, context: Context, sessions: list[SessionWithTurns]) -> dict:
     """The entry of one placed query: its haystack, dates and evidence labels."""
     evidence = {(e.session_id, e.turn_index) for e in q.evidence}
-    ids, dates, turns, answer_ids = [], [], [], []
-    for swt in haystack(context, sessions, placement.end_index):
+    ids, turns, answer_ids = [], [], []
+    slots = slot_dates(context.session_ids, {s.session.session_id: s.session for s in sessions})
+    shown = haystack(context, sessions, placement.end_index)
+    dates = [when or q.as_of for when in slots[: len(shown)]]
+    for swt in shown:
         sid = swt.session.session_id
         marks = [(sid, t.turn_index) in evidence for t in swt.turns]
-        when = swt.session.time if swt.session.kind == "topic" or not dates else max(swt.session.time, dates[-1])
-        dates.append(when)
         if any(marks):
             sid = f"answer_{sid}"
             answer_ids.append(sid)
