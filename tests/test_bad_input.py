@@ -163,11 +163,11 @@ def test_a_template_that_is_not_utf8_names_the_template(tmp_path):
 
 
 def test_a_template_error_in_a_branch_the_lint_does_not_render_names_template_and_line(tmp_path):
-    """The sample context takes the preference_update branch; routine beats fail mid-run, naming the line."""
-    root = copied_prompts(tmp_path, "write_sessions/beat.jinja", lambda s: s.replace(
-        "mentions in passing that they {{ event }}", "mentions in passing that they {{ event.nope.deeper }}", 1))
+    """The lint's sample session has no routine beat; a session with one fails mid-run, naming the line."""
+    root = copied_prompts(tmp_path, "write_sessions/session.jinja", lambda s: s.replace(
+        "mentions in passing that they {{ beat.event }}", "mentions in passing that they {{ beat.event.nope.deeper }}", 1))
     result = generate(tmp_path, "--profile", "smoke", "--llm", "fake", env={"PERSONAGEN_PROMPTS": str(root)})
-    assert_rejected(result, tmp_path, "write_sessions/beat.jinja:15: UndefinedError")
+    assert_rejected(result, tmp_path, "write_sessions/session.jinja:10: UndefinedError")
 
 
 def test_a_huge_personahub_persona_names_file_and_line(tmp_path):
