@@ -239,7 +239,7 @@ def ok_keys(root: Path) -> set[str]:
 def test_five_kills_then_resume_equals_an_uninterrupted_run(tmp_path):
     """kill -9 at 5 seeded points, rerunning each time: same tables, and no completed request sent twice."""
     rng = random.Random(9)
-    points = [rng.randint(3, 12) for _ in range(5)]  # 42 calls in all: well inside one smoke run
+    points = [rng.randint(3, 6) for _ in range(5)]  # at most 30 of the 32 calls of one smoke run (any 4: 24)
     killed = tmp_path / "killed"
     committed = 0
     for i, k in enumerate(points):
