@@ -203,3 +203,18 @@ def test_filler_top_up_asks_for_what_the_shortfall_needs(tmp_path):
     kept, _, usage = complete_filler(spec, [], set(), [1000])
     assert sum(s.session.n_tokens for s in kept) >= need and usage.total.calls == 0
     assert {s.session.provenance["source"] for s in kept} == {"sharegpt"}
+
+
+def test_a_rerun_reuses_the_probe_and_filter_outcome(tmp_path, monkeypatch):
+    """The run-level probe is fitted once per run fingerprint and persona set; a rerun publishes the same queries."""
+    import pipeline.run.jobs as jobs
+    from tests.support.smoke import publish_smoke
+
+    calls = []
+    real = jobs.filter_queries
+    monkeypatch.setattr(jobs, "filter_queries", lambda *a, **k: calls.append(1) or real(*a, **k))
+    first = publish_smoke(tmp_path)
+    second = publish_smoke(tmp_path)
+    assert len(calls) == 1
+    assert load(first).queries == load(second).queries
+    assert manifest(first)["stats"]["probe"] == manifest(second)["stats"]["probe"]

@@ -49,6 +49,13 @@ def run_fingerprint(config: RunConfig, *, llm_key: dict, templates: dict[str, st
     return digest(content, llm_key, sorted(templates.items()), code_fingerprint(), length=24)
 
 
+class FilteredQueries(BaseModel):
+    """The run-level probe and filter's outcome: the queries it kept (redrawn ones reworded) and its report."""
+
+    queries: list[Query]
+    report: dict = {}
+
+
 class Checkpoints:
     """One JSON file per finished persona under ``root``; written atomically, read leniently."""
 
@@ -66,8 +73,22 @@ class Checkpoints:
             return None  # absent or torn: recompute (the LLM cache still serves every call)
 
     def save(self, seed: PersonaSeed, fingerprint: str, result: PersonaResult) -> None:
-        path = self.path(seed, fingerprint)
+        self._write(self.path(seed, fingerprint), result.model_dump_json())
+
+    @staticmethod
+    def _write(path: Path, text: str) -> None:
+        """Atomically: a reader sees the old file or the whole new one."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}-{secrets.token_hex(4)}.tmp")
-        tmp.write_text(result.model_dump_json(), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         os.replace(tmp, path)
+
+    def load_filtered(self, key: str) -> FilteredQueries | None:
+        """The probe and filter's outcome for a run whose personas and fingerprint digest to ``key``."""
+        try:
+            return FilteredQueries.model_validate_json((self.root / f"filtered-{key}.json").read_bytes())
+        except (OSError, ValueError):
+            return None
+
+    def save_filtered(self, key: str, filtered: FilteredQueries) -> None:
+        self._write(self.root / f"filtered-{key}.json", filtered.model_dump_json())

@@ -20,13 +20,14 @@ from pipeline.llm import LLM
 from pipeline.llm.factory import backend_name, resolve_backend_string
 from pipeline.prompting import PromptEnv
 from pipeline.queries.filtering import filter_queries
-from pipeline.run.checkpoint import Checkpoints, PersonaResult, run_fingerprint
+from pipeline.run.checkpoint import Checkpoints, FilteredQueries, PersonaResult, run_fingerprint
 from pipeline.run.estimate import OUTPUT_TOKENS
 from pipeline.run.persona_text import build_persona_text
 from pipeline.specs import ALL_SPECS
 from pipeline.stance import stance_problem
 from schemas.config import RunConfig
 from schemas.conversation import SessionWithTurns
+from schemas.ids import digest
 from schemas.llm import LLMSettings, UsageSummary
 from schemas.manifest import Failure, PublishInfo
 from schemas.persona import PersonaSeed
@@ -185,16 +186,23 @@ def check_failures(spec: RunSpec, n: int, failures: list[Failure]) -> None:
                         f"nothing published; first: persona {first.persona_index}: {first.reason}")
 
 
-def probe_and_filter(results: list[PersonaResult], config: RunConfig) -> tuple[list, dict]:
+def probe_and_filter(results: list[PersonaResult], config: RunConfig, *, store: Checkpoints | None = None,
+                     key: str | None = None) -> tuple[list, dict]:
     """Every persona's queries through the option-only probe and the adversarial filter (fails closed),
-    with the probe's report for the manifest; the queries unchanged when the probe is off."""
+    with the probe's report for the manifest; the queries unchanged when the probe is off. With a store,
+    the outcome is kept under ``key`` (the run's fingerprint and personas), so a rerun does not refit."""
     queries = [q for r in results for q in r.queries]
     if not config.queries.probe.enabled:
         return queries, {}
+    if store is not None and key and (done := store.load_filtered(key)) is not None:
+        return done.queries, done.report
     personas = {r.text.persona.persona_id: (r.text.persona, r.text.timeline, r.text.sessions, r.text.inventory)
                 for r in results}
     kept, report = filter_queries(queries, personas, config=config)
-    return kept, {"probe": report.summary()}
+    stats = {"probe": report.summary()}
+    if store is not None and key:
+        store.save_filtered(key, FilteredQueries(queries=kept, report=stats))
+    return kept, stats
 
 
 def stance_counts(results: list[PersonaResult]) -> dict[str, int]:
@@ -216,7 +224,8 @@ def publish_run(spec: RunSpec, results: list[PersonaResult], kept_filler: list[S
     """Assemble every context over the (checked) filler pool, validate and publish one immutable version."""
     config = spec.config
     sessions = [s for r in results for s in r.text.sessions] + kept_filler
-    queries, probe_stats = probe_and_filter(results, config)
+    key = digest(fingerprint(spec, model_name(spec.llm)), [r.text.persona.persona_id for r in results], length=24)
+    queries, probe_stats = probe_and_filter(results, config, store=spec.checkpoints, key=key)
     personas = [r.text.persona for r in results]
     assembly = assemble_all(personas, sessions, queries, settings=config.assembly, run_seed=config.seed)
     placed = {p.query_id for p in assembly.placements}
