@@ -2,20 +2,33 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
 
+from pipeline.errors import UserError
+
 console = Console()
 err_console = Console(stderr=True)
 
 DatasetArg = Annotated[str, typer.Argument(help="dataset name under --outputs, a dataset folder, or a version folder")]
 OutputsOpt = Annotated[Path, typer.Option("--outputs", help="folder holding the datasets")]
+_BUDGET = re.compile(r"^(\d+(?:\.\d+)?)([kKmM]?)$")
 
 
 def fail(message: object, code: int = 2) -> typer.Exit:
     """Print one error line and return the Exit to raise."""
     err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def parse_budget(text: str) -> int:
+    """'32k' -> 32000, '1M' -> 1000000, '4000' -> 4000."""
+    match = _BUDGET.match(text.strip())
+    if not match:
+        raise UserError(f"--budget {text!r}: use a token count such as 32k, 128k, 1M or 4000")
+    scale = {"": 1, "k": 1000, "m": 1_000_000}[match.group(2).lower()]
+    return int(float(match.group(1)) * scale)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.common import DatasetArg, OutputsOpt, console, fail
+from pipeline.cli.common import DatasetArg, OutputsOpt, console, fail, parse_budget
 from pipeline.errors import UserError
 
 export_app = typer.Typer(help="Export a dataset version in formats other tools read unchanged.", no_args_is_help=True)
@@ -20,11 +20,11 @@ def export_personamem(
     outputs: OutputsOpt = Path("outputs"),
 ) -> None:
     """Write PersonaMem's released format, one CSV + JSONL pair per budget."""
-    from pipeline.dataset import export_folder, load, resolve
+    from pipeline.dataset import load, resolve
     from pipeline.export import export_personamem as run
 
     try:
-        files = run(load(resolve(dataset, outputs)), export_folder(out))
+        files = run(load(resolve(dataset, outputs)), out)
     except UserError as exc:
         raise fail(exc) from None
     for f in files:
@@ -39,13 +39,12 @@ def export_longmemeval(
     outputs: OutputsOpt = Path("outputs"),
 ) -> None:
     """Write LongMemEval's JSON (longmemeval_s-style), one file per budget, one entry per placed query."""
-    from pipeline.cli.eval import parse_budget
-    from pipeline.dataset import export_folder, load, resolve
+    from pipeline.dataset import load, resolve
     from pipeline.export_longmemeval import export_longmemeval as run
 
     try:
         size = parse_budget(budget) if budget else None
-        files = run(load(resolve(dataset, outputs)), export_folder(out), budget=size)
+        files = run(load(resolve(dataset, outputs)), out, budget=size)
     except UserError as exc:
         raise fail(exc) from None
     for f in files:

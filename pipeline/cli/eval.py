@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Annotated
 
@@ -10,19 +9,8 @@ import typer
 from rich.markdown import Markdown
 from rich.progress import Progress
 
-from pipeline.cli.common import DatasetArg, OutputsOpt, console, err_console, fail
+from pipeline.cli.common import DatasetArg, OutputsOpt, console, err_console, fail, parse_budget
 from pipeline.errors import UserError
-
-_BUDGET = re.compile(r"^(\d+(?:\.\d+)?)([kKmM]?)$")
-
-
-def parse_budget(text: str) -> int:
-    """'32k' -> 32000, '1M' -> 1000000, '4000' -> 4000."""
-    match = _BUDGET.match(text.strip())
-    if not match:
-        raise UserError(f"--budget {text!r}: use a token count such as 32k, 128k, 1M or 4000")
-    scale = {"": 1, "k": 1000, "m": 1_000_000}[match.group(2).lower()]
-    return int(float(match.group(1)) * scale)
 
 
 def eval_command(
