@@ -29,9 +29,13 @@ class LLMSettings(BaseModel):
     temperature: float = Field(default=0.7, ge=0, le=2)
     top_p: float = Field(default=0.95, gt=0, le=1)
     max_tokens: int = Field(default=1024, ge=1)
+    max_tokens_ceiling: int = Field(default=4096, ge=1, description="The largest cap a re-ask of a reply cut at "
+                                    "its token cap may ask for (each such re-ask doubles the cap).")
     seed: int = Field(default=0, description="Sampling seed; the backend gets seed + sample_index.")
-    timeout_s: float = Field(default=120.0, gt=0)
-    max_concurrency: int = Field(default=8, ge=1, description="In-flight requests per backend, per process.")
+    timeout_s: float = Field(default=120.0, gt=0, description="Transport timeout of one try (the embedded model "
+                             "has none: its token cap bounds a call).")
+    max_concurrency: int = Field(default=8, ge=1, description="In-flight requests per backend, per process; the "
+                                 "embedded model decodes that many together.")
     rpm: int | None = Field(default=None, ge=1, description="Requests per minute budget per backend.")
     tpm: int | None = Field(default=None, ge=1, description="Tokens per minute budget per backend.")
     max_retries: int = Field(default=5, ge=0, description="Transport retries (429, 5xx, timeouts).")

@@ -52,10 +52,16 @@ class CacheKey(BaseModel):
     seed: int
     sample_index: int
     template_fingerprint: str
+    # The decoding engine, where it can word a reply differently from another engine on the same model (the
+    # embedded model's batched decoding); empty for the others, and then left out of the digest.
+    engine: str = ""
 
     def digest(self) -> str:
         """sha256 of the canonical JSON of the key."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        data = self.model_dump(mode="json")
+        if not data["engine"]:
+            del data["engine"]
+        canonical = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 

@@ -117,7 +117,8 @@ class LLM:
         s = self.settings
         return CacheKey(provider=self.backend.provider, model=self.backend.model, messages=messages,
                         output_schema={}, temperature=s.temperature, top_p=s.top_p, max_tokens=s.max_tokens,
-                        seed=s.seed, sample_index=sample_index, template_fingerprint=CHAT_FINGERPRINT)
+                        seed=s.seed, sample_index=sample_index, template_fingerprint=CHAT_FINGERPRINT,
+                        engine=getattr(self.backend, "engine", ""))
 
     def usage_summary(self) -> UsageSummary:
         """A copy of this gateway's totals: overall, per stage, per model."""
@@ -186,7 +187,7 @@ class LLM:
             provider=self.backend.provider, model=self.backend.model, messages=messages,
             output_schema=self._schema(spec.output), temperature=s.temperature, top_p=s.top_p,
             max_tokens=s.max_tokens, seed=s.seed, sample_index=sample_index,
-            template_fingerprint=self.fingerprint(spec),
+            template_fingerprint=self.fingerprint(spec), engine=getattr(self.backend, "engine", ""),
         )
 
     async def _generate(self, spec: PromptSpec, context: BaseModel, sample_index: int,
@@ -262,17 +263,35 @@ class LLM:
                     self._record(stage, count)
                     return output
                 if ask < self.settings.reask:
+                    if reply.finish_reason == "length":  # cut at the cap: only a larger cap can change that
+                        raised = self._raised_cap(request)
+                        if raised is None:
+                            raise CallFailed(f"{spec.name}: the reply ran to the token cap "
+                                             f"({self._cap(request)}), which cannot be raised: {problem}")
+                        request = raised
                     count.reasks += 1
                     if getattr(self.backend, "reask_with_reply", True):
                         request = _reasked(request, reply, problem, ask + 1)
                     else:
                         request = _resampled(request, problem, ask + 1)
-            raise CallFailed(f"{spec.name}: no valid output after {self.settings.reask + 1} asks: {problem}")
+            raise CallFailed(f"{spec.name}: no valid output after {ask + 1} asks: {problem}")
         except LLMError as exc:
             count.failures += 1
             self._record(stage, count)
             self._store_failure(spec, request, reply, exc, count, started)
             raise
+
+    def _cap(self, request: BackendRequest) -> int:
+        """The token cap the backend really applies to ``request`` (the embedded model lowers it per schema)."""
+        effective = getattr(self.backend, "effective_max_tokens", None)
+        return effective(request) if effective else request.max_tokens
+
+    def _raised_cap(self, request: BackendRequest) -> BackendRequest | None:
+        """``request`` with twice the token cap, up to ``max_tokens_ceiling``; None when that cannot raise the
+        cap the backend applies (asking again at the same cap would be cut at the same place)."""
+        ceiling = max(self.settings.max_tokens_ceiling, request.max_tokens)
+        raised = replace(request, max_tokens=min(2 * request.max_tokens, ceiling))
+        return raised if self._cap(raised) > self._cap(request) else None
 
     async def _send(self, request: BackendRequest, count: TokenCount) -> BackendReply:
         """One answer from the backend, retrying transport failures with backoff and jitter."""
@@ -291,7 +310,7 @@ class LLM:
                 self.runtime.check()  # a call that waited for its slot while the run was stopped
                 count.backend_calls += 1
                 try:
-                    reply = await asyncio.wait_for(self.backend.complete(attempt), self.settings.timeout_s)
+                    reply = await asyncio.wait_for(self.backend.complete(attempt), self._timeout())
                 except RateLimited as exc:
                     throttle.pause(exc.retry_after_s if exc.retry_after_s is not None else self._delay(retry + 1, exc))
                     error = exc
@@ -304,6 +323,11 @@ class LLM:
             throttle.charge(reply.input_tokens + reply.output_tokens - estimate)
             return reply
         raise CallFailed(f"transport failed after {self.settings.max_retries + 1} tries: {_describe(error)}")
+
+    def _timeout(self) -> float | None:
+        """The transport timeout of one try; a backend with ``transport_timeout = False`` (the embedded model,
+        bounded by its token cap) has none."""
+        return self.settings.timeout_s if getattr(self.backend, "transport_timeout", True) else None
 
     def _delay(self, retry: int, error: Exception | None) -> float:
         """Exponential backoff with jitter; a 429 already paused the backend, so it adds only jitter."""

