@@ -47,8 +47,12 @@ generate: $(STAMP) ## generate and publish a dataset: make generate N=180 [PROFI
 serve: $(STAMP) ## start (or reuse) a Prefect server on loopback and serve the weekly refresh deployment
 	flows/serve.sh $(PROFILE) $(if $(filter command line,$(origin N)),$(N),)
 
-bench: $(STAMP) ## run every benchmark and write bench/results.md
-	$(PY) bench/run.py
+LLAMA_BENCH := $(VENV)/llama.cpp/bin/llama-batched-bench
+$(LLAMA_BENCH): $(STAMP)
+	PY=$(PY) bench/build_llama_bench.sh $(VENV)/llama.cpp
+
+bench: $(STAMP) $(LLAMA_BENCH) ## run every benchmark and write bench/results.md (first time +7 min: builds llama-batched-bench)
+	LLAMA_BATCHED_BENCH=$(LLAMA_BENCH) $(PY) bench/run.py
 
 clean: ## remove caches and generated outputs (keeps .venv)
 	rm -rf outputs/* .pytest_cache .ruff_cache

@@ -1,4 +1,5 @@
-"""The embedded llama.cpp backend: locating the bundled model, grammar compilation, one real answer."""
+"""The embedded llama.cpp backend: locating the bundled model, grammar compilation, one real answer, and the
+batching engine under it (shared passes, prefix reuse, seeds, stopping, abandoned calls, the context limit)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import pytest
 
 from pipeline.llm import LLM, ChatReply, ConfigError
 from pipeline.llm.backends import BackendRequest
-from pipeline.llm.errors import Interrupted
+from pipeline.llm.engine import BatchEngine, Completion, looping
+from pipeline.llm.errors import CallFailed, Interrupted
 from pipeline.llm.limits import Runtime
-from pipeline.llm.local import GenerationGuard, LocalBackend, default_model_path, looping
+from pipeline.llm.local import LocalBackend, default_model_path
 from pipeline.specs import PING
 from schemas.llm import LLMSettings, PingContext, PingReply
 
@@ -71,41 +73,164 @@ def test_looping_flags_counting_and_repeated_phrases_but_not_varied_text():
     assert not looping(varied[:50] + [7, 8] * 3)        # a short repeat ("very, very, very")
 
 
-def test_guard_fires_on_a_loop_and_on_a_stopped_run_only_for_new_tokens():
-    guard, prompt = GenerationGuard(), list(range(1000, 1040))
-    tokens = np.array(prompt + list(range(2000, 2100)) + [5, 6, 7, 8] * 20, dtype=np.intc)
-    assert not guard(tokens[:40], None)  # the first check sees the prompt
-    fired_at = next(n for n in range(41, len(tokens) + 1) if guard(tokens[:n], None))
-    assert guard.fired == "repetition" and 140 < fired_at <= len(tokens)
-    guard.reset()
-    assert not guard(tokens[:40], None) and not guard(tokens[:41], None)
-    assert not guard(tokens[:41], None)  # a repeated length (the check after a finished reply) is not progress
-    runtime = Runtime.get()
-    try:
-        runtime.stop("test")
-        assert guard(tokens[:42], None) and guard.fired == "stopped"
-    finally:
-        runtime.resume()
+
+
+# --- the batching engine, on the real model ----------------------------------------------------------------
+# The tests share the process's engine (one per file, n_ctx, threads and slots): 8 slots of 4,096 tokens.
+
+SYSTEM = ("You are a helpful assistant for a small public library in a quiet seaside town. Readers ask you what "
+          "to read next, when the reading room opens, how to renew a loan and where the local history shelves "
+          "are. Answer briefly and kindly, in plain words, and never invent a book that does not exist. The "
+          "library opens at nine on weekdays and at ten on Saturdays; it is closed on Sundays and on public "
+          "holidays. Loans last three weeks and may be renewed twice, at the desk or by phone. The local history "
+          "shelves are on the first floor, beside the map room, and the children's corner is by the garden door.")
+
+
+def _request(user: str, *, system: str | None = None, max_tokens: int = 16, seed: int = 1,
+             temperature: float = 0.7) -> BackendRequest:
+    """A free-text request (no grammar)."""
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    return BackendRequest(messages=messages, output=ChatReply, schema={}, context=ChatReply(text=""),
+                          temperature=temperature, top_p=0.95, max_tokens=max_tokens, seed=seed, timeout_s=600,
+                          key="x", free_text=True)
+
+
+@pytest.fixture(scope="module")
+def backend() -> LocalBackend:
+    backend = LocalBackend(None, LLMSettings())
+    backend.preflight()
+    return backend
+
+
+def _idle(engine: BatchEngine, timeout_s: float = 10.0) -> bool:
+    """Whether every slot is free and nothing is queued (waiting up to ``timeout_s`` for the loop's next step)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not engine.queue and all(slot.job is None for slot in engine.slots):
+            return True
+        time.sleep(0.02)
+    return False
 
 
 @pytest.mark.model
-def test_stopping_the_run_cuts_a_generation_under_way(tmp_path):
-    backend = LocalBackend(None, LLMSettings())
-    request = BackendRequest(messages=[{"role": "user", "content": "Write a very long story about a dog."}],
-                             output=ChatReply, schema={}, context=ChatReply(text=""), temperature=0.7, top_p=0.95,
-                             max_tokens=4000, seed=1, timeout_s=600, key="x", free_text=True)
-    backend.preflight()
+def test_stopping_the_run_cuts_a_generation_under_way(backend):
+    engine = backend.loaded().engine
+    generated = engine.stats.generated
     runtime = Runtime.get()
     timer = threading.Timer(1.0, runtime.stop, args=("test stop",))
     started = time.monotonic()
     timer.start()
     try:
-        with pytest.raises(Interrupted):
-            backend._complete(request)
+        job = backend.submit(_request("Write a very long story about a dog.", max_tokens=4000))
+        with pytest.raises(Interrupted, match="test stop"):
+            job.future.result(timeout=60)
+        with pytest.raises(Interrupted):  # a call queued after the stop never starts
+            backend.submit(_request("Hello."))
     finally:
+        timer.cancel()
         timer.join()
         runtime.resume()
-    # 4,000 tokens take minutes on this model; cut short, the call ends within a few tokens of the stop
-    assert backend.loaded().guard.fired == "stopped"
-    assert backend.loaded().llama.n_tokens < 400
-    assert time.monotonic() - started < 60
+    # 4,000 tokens take over a minute on this model; cut short, the call ends within a few tokens of the stop
+    assert time.monotonic() - started < 30
+    assert all(slot.job is None for slot in engine.slots) and not engine.queue
+    assert 0 < engine.stats.generated - generated < 400
+    after = backend.submit(_request("Say hello.", max_tokens=4)).future.result(timeout=60)  # it serves again
+    assert isinstance(after, Completion) and after.completion_tokens >= 1
+
+
+@pytest.mark.model
+def test_requests_submitted_together_decode_in_shared_passes(backend):
+    engine = backend.loaded().engine
+    grammar = backend.grammar(PingReply.model_json_schema())[0]._grammar
+    rendered = backend.loaded().formatter(messages=[
+        {"role": "system", "content": "Reply with JSON: one thing this person would enjoy, as {\"item\": \"...\"}."},
+        {"role": "user", "content": "Persona: a retired teacher who loves long walks. Topic: {topic}."}]).prompt
+    steps = engine.stats.decode_steps
+    jobs = [engine.submit(engine.tokenize(rendered.replace("{topic}", topic), add_special=True), grammar=grammar,
+                          temperature=0.7, top_p=0.95, seed=i, max_tokens=80)
+            for i, topic in enumerate(("books", "music", "gardens", "trains"))]
+    done = [job.future.result(timeout=60) for job in jobs]
+    steps = engine.stats.decode_steps - steps
+    for completion in done:
+        assert completion.finish_reason == "stop", completion
+        assert 2 <= len(PingReply.model_validate_json(completion.text).item) <= 60
+    # alone, each reply takes one decode pass per token; together, one pass decodes a token of each
+    assert steps < sum(c.completion_tokens for c in done)
+    assert _idle(engine)
+
+
+@pytest.mark.model
+def test_a_second_request_with_the_same_system_message_reuses_its_evaluated_prefix(backend):
+    first = backend.submit(_request("When do you open on Saturday?", system=SYSTEM, max_tokens=4)).future
+    first = first.result(timeout=60)
+    second = backend.submit(_request("How long is a loan?", system=SYSTEM, max_tokens=4)).future.result(timeout=60)
+    assert first.prompt_tokens > 120 and first.prompt_evaluated > first.prompt_tokens - 10  # nothing cached yet
+    assert second.prompt_tokens > 120 and second.prompt_evaluated < second.prompt_tokens // 4
+
+
+@pytest.mark.model
+def test_the_same_prompt_and_seed_give_the_same_reply(backend):
+    def reply(seed: int) -> Completion:
+        request = _request("Name three fruits and a colour.", max_tokens=24, seed=seed, temperature=0.7)
+        return backend.submit(request).future.result(timeout=60)
+
+    first, again = reply(7), reply(7)
+    assert first.text and again.text == first.text
+    assert again.prompt_evaluated < again.prompt_tokens  # the second ran on the cached prompt, and still agrees
+    other = reply(8)  # another seed may word it differently; it is a reply all the same
+    assert isinstance(other, Completion) and other.completion_tokens >= 1
+
+
+@pytest.mark.model
+def test_an_abandoned_job_frees_its_slot_and_the_engine_serves_on(backend):
+    engine = backend.loaded().engine
+    job = backend.submit(_request("Write a very long story about a cat.", max_tokens=4000))
+    deadline = time.monotonic() + 30
+    while len(job.generated) < 5 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert job.generated and any(slot.job is job for slot in engine.slots)
+    job.abandoned = True
+    abandoned_at = len(job.generated)
+    assert _idle(engine)
+    cut_at = len(job.generated)
+    assert cut_at <= abandoned_at + 2  # freed at the next step (the one under way may add a token)
+    after = backend.submit(_request("Say hello.", max_tokens=4)).future.result(timeout=60)
+    assert isinstance(after, Completion) and after.completion_tokens >= 1
+    assert len(job.generated) == cut_at  # the abandoned job decoded no more
+    assert _idle(engine)
+
+
+@pytest.mark.model
+def test_a_prompt_as_long_as_the_context_is_refused_at_submit():
+    engine = BatchEngine(default_model_path(), n_ctx=256, n_threads=2, slots=2)
+    try:
+        prompt = engine.tokenize("word " * 300, add_special=True)
+        assert len(prompt) > 256
+        for too_long in (prompt, prompt[:256]):
+            with pytest.raises(CallFailed, match="the context 256"):
+                engine.submit(too_long, grammar=None, temperature=0.0, top_p=1.0, seed=0, max_tokens=8)
+        done = engine.submit(prompt[:255], grammar=None, temperature=0.0, top_p=1.0, seed=0,
+                             max_tokens=8).future.result(timeout=60)
+        assert (done.finish_reason, done.completion_tokens) == ("length", 1)  # one token of room left
+    finally:
+        engine.close()
+    with pytest.raises(Interrupted):
+        engine.submit(prompt[:8], grammar=None, temperature=0.0, top_p=1.0, seed=0, max_tokens=8)
+
+
+@pytest.mark.model
+def test_engine_speeds_are_measured_once_per_machine_and_kept_beside_the_cache(backend, tmp_path, monkeypatch):
+    speeds = backend.speeds(tmp_path)
+    assert speeds["prompt_tokens_per_s"] > 0 and set(speeds["step_s"]) == {1, 2, 4, 8}
+    assert speeds["step_s"][8] > speeds["step_s"][1]  # a wider pass costs more, if less than 8 narrow ones
+    kept = json.loads((tmp_path / "engine-speeds.json").read_text())
+    assert len(kept) == 1 and "batch1" in next(iter(kept))
+
+    def no_measure(fn):
+        raise AssertionError("measured again")
+
+    monkeypatch.setattr(backend.loaded().engine, "call", no_measure)
+    assert backend.speeds(tmp_path) == speeds  # read back, not measured
+    monkeypatch.undo()
+    (tmp_path / "engine-speeds.json").write_text("{not json")
+    assert backend.speeds(tmp_path)["step_s"].keys() == speeds["step_s"].keys()  # a damaged file: measured again

@@ -212,3 +212,38 @@ def test_plan_counts_the_calls_a_stage_makes_again_after_code_rejects_a_reply(tm
     assert attempts_per_item(config.model_copy(update={"text": config.text.model_copy(update={"attempts": 2})}),
                              llm)["beat"] == 2.0  # never more than the run's own attempts
     assert estimate_run(config, llm, workers=1).llm_calls > before.llm_calls
+
+
+def test_engine_eta_decodes_each_kind_as_wide_as_the_run_keeps_it():
+    """A batching engine's ETA: a kind with one call per persona decodes alone, one with many fills the slots,
+    and the evaluated share of the prompts takes the measured prompt speed."""
+    from pipeline.config import load_config
+    from pipeline.run.estimate import PROMPT_EVALUATED, _pass_seconds, engine_eta
+
+    speeds = {"prompt_tokens_per_s": 100.0, "step_s": {1: 0.02, 2: 0.03, 4: 0.05, 8: 0.08}}
+    assert _pass_seconds(speeds["step_s"], 3) == pytest.approx(0.04)
+    assert _pass_seconds(speeds["step_s"], 16) == pytest.approx(0.16)  # beyond the slots: passes queue up
+    config = load_config("smoke", n_personas=1)
+    alone = engine_eta(config, {"profile": 1}, {"profile": 100}, speeds, workers=4, prompt_tokens=0)
+    assert alone == pytest.approx(100 * 0.02)  # 100 tokens, one sequence: a pass each
+    wide = engine_eta(config, {"query": 8}, {"query": 100}, speeds, workers=4, prompt_tokens=0)
+    assert wide == pytest.approx(100 * 0.08)  # 800 tokens, 8 at a time: 100 passes of 8
+    prompts = engine_eta(config, {}, {}, speeds, workers=4, prompt_tokens=1000)
+    assert prompts == pytest.approx(1000 * PROMPT_EVALUATED / 100)
+
+
+def test_first_eta_of_a_batching_engine_uses_its_measured_speeds_not_a_burst(tmp_path):
+    from pipeline.config import load_config
+    from pipeline.llm import LLM
+    from pipeline.run.estimate import estimate_run
+    from schemas.llm import LLMSettings
+
+    config = load_config("smoke", n_personas=2)
+    llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "llm.sqlite"))
+    asked = []
+    llm.backend.speeds = lambda folder: asked.append(folder) or {"prompt_tokens_per_s": 150.0,
+                                                                 "step_s": {1: 0.02, 8: 0.1}}
+    estimate = estimate_run(config, llm, workers=4)
+    assert asked == [tmp_path] and llm.cache.count() == 0  # no model call: the engine's own measure
+    assert estimate.eta_s > estimate.output_tokens * 0.1 / 8  # never faster than every pass full
+    assert estimate.eta_s < estimate.output_tokens * 0.02 + estimate.input_tokens / 150  # nor one at a time

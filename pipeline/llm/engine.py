@@ -116,6 +116,8 @@ class EngineStats:
     decode_steps: int = 0
     grammar_resamples: int = 0
     prefix_copies: int = 0
+    prefill_s: float = 0.0  # evaluating prompts
+    decode_s: float = 0.0  # decoding and sampling the sequences under way
     busy_s: float = 0.0
 
 
@@ -164,6 +166,7 @@ class BatchEngine:
         self._single = llama_cpp.llama_token_data()
         self.slots = [Slot(seq=i) for i in range(slots)]
         self.queue: deque[Job] = deque()
+        self.calls: deque[tuple[object, Future]] = deque()  # functions to run on the loop's thread
         self.stats = EngineStats()
         self._wake = threading.Condition()
         self._closed = False
@@ -195,6 +198,75 @@ class BatchEngine:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=30)
 
+    def call(self, fn) -> Future:
+        """Run ``fn(engine)`` on the loop's thread between two steps (the context is not thread-safe)."""
+        future: Future = Future()
+        with self._wake:
+            if self._closed:
+                raise Interrupted("the embedded model is shut down")
+            self.calls.append((fn, future))
+            self._wake.notify()
+        return future
+
+    def _run_calls(self) -> None:
+        while True:
+            with self._wake:
+                if not self.calls:
+                    return
+                fn, future = self.calls.popleft()
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(self))
+                except Exception as exc:  # handed to the caller
+                    future.set_exception(exc)
+
+    def measure(self, *, prompt_tokens: int = 192, steps: int = 12, widths: tuple[int, ...] | None = None) -> dict:
+        """This machine's speeds on this model: prompt tokens/s, and seconds per decoding pass at each width.
+
+        Runs on the loop's thread (``engine.call(BatchEngine.measure).result()``) while no request is under way:
+        one prompt is evaluated, its KV copied to every slot, then ``steps`` passes are decoded at each width.
+        The slots are emptied afterwards.
+        """
+        if self._active():
+            raise RuntimeError("the engine is busy")
+        widths = widths or tuple(sorted({1, 2, 4, self.n_slots} & set(range(1, self.n_slots + 1))))
+        tokens = [self.model.token_bos() if i == 0 else 1000 + (i * 37) % 20000 for i in range(prompt_tokens)]
+        lib, batch = self.lib, self.batch
+        lib.llama_memory_clear(self.memory, True)
+        for slot in self.slots:
+            slot.tokens = []
+        self._one_pass(1, 0)  # the first pass allocates the graph: not part of the measure
+        lib.llama_memory_clear(self.memory, True)
+        started = time.perf_counter()
+        batch.n_tokens = len(tokens)
+        for i, token in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = token, i, 1, False
+            batch.seq_id[i][0] = 0
+        batch.logits[len(tokens) - 1] = True
+        self._decode()
+        prompt_s = time.perf_counter() - started
+        for slot in self.slots[1:]:
+            lib.llama_memory_seq_cp(self.memory, 0, slot.seq, -1, -1)
+        self._one_pass(widths[-1], prompt_tokens)  # applies the copies; warms the wider graphs
+        step_s = {}
+        for width in widths:
+            started = time.perf_counter()
+            for step in range(steps):
+                self._one_pass(width, prompt_tokens + 1 + step)
+            step_s[width] = (time.perf_counter() - started) / steps
+            for slot in self.slots:
+                lib.llama_memory_seq_rm(self.memory, slot.seq, prompt_tokens + 1, -1)
+        lib.llama_memory_clear(self.memory, True)
+        return {"prompt_tokens_per_s": prompt_tokens / prompt_s, "step_s": step_s}
+
+    def _one_pass(self, width: int, pos: int) -> None:
+        batch = self.batch
+        batch.n_tokens = width
+        for i in range(width):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i], batch.logits[i] = 1000 + i, pos, 1, True
+            batch.seq_id[i][0] = i
+        self._decode()
+
     def tokenize(self, text: str, *, add_special: bool) -> list[int]:
         """The prompt's tokens (special tokens parsed, as the chat template writes them; ``add_special``: let
         the vocabulary add its BOS when the template did not)."""
@@ -205,10 +277,11 @@ class BatchEngine:
         try:
             while True:
                 with self._wake:
-                    while not self._closed and not self.queue and not self._active():
+                    while not self._closed and not self.queue and not self.calls and not self._active():
                         self._wake.wait(timeout=0.5)
                     if self._closed:
                         break
+                self._run_calls()
                 started = time.perf_counter()
                 self._step()
                 self.stats.busy_s += time.perf_counter() - started
@@ -230,7 +303,7 @@ class BatchEngine:
             return
         for slot in self._active():
             if slot.job.abandoned:  # its caller gave up (a timeout, a cancelled task)
-                self._release(slot)
+                self._finish(slot, Interrupted("the caller stopped waiting"))
         self._admit()
         active = [s for s in self._active() if s.job.pending is not None]
         if not active:
@@ -243,12 +316,14 @@ class BatchEngine:
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = slot.seq
             batch.logits[i] = True
+        started = time.perf_counter()
         self._decode()
         self.stats.decode_steps += 1
         for i, slot in enumerate(active):
             slot.tokens.append(slot.job.pending)
             slot.job.pending = None
             self._advance(slot, i)
+        self.stats.decode_s += time.perf_counter() - started
 
     def _admit(self) -> None:
         """Move queued jobs into free slots, evaluate their prompts and sample each one's first token."""
@@ -258,8 +333,11 @@ class BatchEngine:
                 if not self.queue or not free:
                     return
                 job = self.queue.popleft()
-            if job.abandoned or not job.future.set_running_or_notify_cancel():
-                continue  # given up while queued
+            if not job.future.set_running_or_notify_cancel():
+                continue  # cancelled while queued
+            if job.abandoned or Runtime.get().stopped is not None:  # given up while queued, or the run stops
+                job.future.set_exception(Interrupted(Runtime.get().stopped or "the caller stopped waiting"))
+                continue
             slot, keep = self._place(job, free)
             slot.job, slot.used_at = job, time.monotonic()
             try:
@@ -267,6 +345,7 @@ class BatchEngine:
             except CallFailed as exc:
                 self._finish(slot, exc)
                 continue
+            started = time.perf_counter()
             rest, last_row = job.prompt[keep:], 0
             job.evaluated = len(rest)
             for start in range(0, len(rest), self.n_batch):
@@ -286,6 +365,7 @@ class BatchEngine:
             self.stats.prompt_tokens += len(job.prompt)
             self.stats.prompt_evaluated += len(rest)
             self._advance(slot, last_row)
+            self.stats.prefill_s += time.perf_counter() - started
 
     def _place(self, job: Job, free: list[Slot]) -> tuple[Slot, int]:
         """The free slot for ``job`` and how many of its prompt tokens are already in that slot's KV.

@@ -262,13 +262,13 @@ class LLM:
                     self._store(spec, request, reply, output, count, started)
                     self._record(stage, count)
                     return output
+                if reply.finish_reason == "length":  # cut at the cap: only a larger cap can change that
+                    raised = self._raised_cap(request)
+                    if raised is None:
+                        raise CallFailed(f"{spec.name}: the reply ran to the token cap "
+                                         f"({self._cap(request)}), which cannot be raised: {problem}")
+                    request = raised
                 if ask < self.settings.reask:
-                    if reply.finish_reason == "length":  # cut at the cap: only a larger cap can change that
-                        raised = self._raised_cap(request)
-                        if raised is None:
-                            raise CallFailed(f"{spec.name}: the reply ran to the token cap "
-                                             f"({self._cap(request)}), which cannot be raised: {problem}")
-                        request = raised
                     count.reasks += 1
                     if getattr(self.backend, "reask_with_reply", True):
                         request = _reasked(request, reply, problem, ask + 1)

@@ -12,6 +12,7 @@ import importlib.util
 import json
 import logging
 import os
+import platform
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -126,6 +127,34 @@ class LocalBackend:
             return request.max_tokens
         return min(request.max_tokens, token_cap(request.schema))
 
+    def speeds(self, folder: Path) -> dict:
+        """This machine's measured speeds for this model and engine (`BatchEngine.measure`): prompt tokens/s
+        and seconds per decoding pass at 1..slots sequences. Measured once (about 5 s) and kept in
+        ``folder/engine-speeds.json`` under the model, engine, threads, slots and CPU."""
+        key = f"{self.model}|{self.path.stat().st_size}|{ENGINE}|threads={self.n_threads}|slots={self.slots}|{_cpu()}"
+        file = folder / "engine-speeds.json"
+        try:
+            known = json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # none yet, or unreadable: measure again
+            known = {}
+        known = known if isinstance(known, dict) else {}
+        try:
+            entry = known[key]
+            return {"prompt_tokens_per_s": float(entry["prompt_tokens_per_s"]),
+                    "step_s": {int(k): float(v) for k, v in entry["step_s"].items()}}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            pass
+        measured = self.loaded().engine.call(BatchEngine.measure).result()
+        known[key] = measured
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            partial = file.with_name(f".{file.name}.{os.getpid()}")
+            partial.write_text(json.dumps(known, indent=1), encoding="utf-8")
+            partial.replace(file)
+        except OSError as exc:  # a read-only cache folder: the measure is used, only not kept
+            log.warning("cannot keep the engine's measured speeds in %s: %s", file, exc)
+        return measured
+
     def effective_max_tokens(self, request: BackendRequest) -> int:
         """The token cap this backend will really apply to ``request``."""
         return self._max_tokens(request)
@@ -150,6 +179,16 @@ class LocalBackend:
             raise
         return BackendReply(text=done.text, finish_reason=done.finish_reason, input_tokens=done.prompt_tokens,
                             output_tokens=done.completion_tokens)
+
+
+def _cpu() -> str:
+    """This machine's CPU, as the speed measures are keyed: model name and core count."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as info:
+            name = next((line.split(":", 1)[1].strip() for line in info if line.startswith("model name")), "")
+    except OSError:
+        name = ""
+    return f"{platform.machine()} {name or platform.processor()} x{os.cpu_count()}"
 
 
 GRAMMAR_MAX_LENGTH = 800

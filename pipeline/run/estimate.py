@@ -30,6 +30,9 @@ TYPICAL_ATTEMPTS = {"local": {"beat": 2.7, "query": 1.9}}
 # The measuring burst: beat-sized calls under their own name, so the cache's measures of beats leave them out.
 BURST = replace(BEAT, name="estimate.burst")
 PROMPT_SPEEDUP = 8.0  # prompt tokens are processed this many times faster than tokens are generated
+# Share of the prompt tokens sent that the batching engine evaluates (the rest is a cached prefix of the same
+# stage's instructions and persona lines): 0.655 for a smoke run's requests (bench/engine.py).
+PROMPT_EVALUATED = 0.66
 
 
 class Estimate(BaseModel):
@@ -94,10 +97,40 @@ def probe_speed(llm: LLM) -> float | None:
 
 def run_concurrency(config: RunConfig, llm: LLM, *, workers: int) -> int:
     """Calls the run keeps in flight: one per persona being processed (a persona's stages mostly wait on
-    each other), at most ``max_concurrency``; the embedded model answers one at a time."""
-    if llm.backend.provider == "local":
-        return 1
+    each other), at most ``max_concurrency``."""
     return max(1, min(workers, config.n_personas, llm.settings.max_concurrency))
+
+
+def _pass_seconds(step_s: dict[int, float], width: float) -> float:
+    """Seconds of one decoding pass over ``width`` sequences, interpolated between the measured widths."""
+    widths = sorted(step_s)
+    if width <= widths[0]:
+        return step_s[widths[0]]
+    for low, high in zip(widths, widths[1:], strict=False):
+        if width <= high:
+            return step_s[low] + (step_s[high] - step_s[low]) * (width - low) / (high - low)
+    return step_s[widths[-1]] * width / widths[-1]
+
+
+def engine_eta(config: RunConfig, counts: dict[str, float], sizes: dict[str, float], speeds: dict, *,
+               workers: int, prompt_tokens: float) -> float:
+    """The run's model time on a batching engine, from this machine's measured speeds (`LocalBackend.speeds`).
+
+    Each kind of call decodes as wide as the run keeps it: the personas processed at once times that kind's
+    calls per persona, at most the engine's slots (a persona's stages wait on each other, so its profile is
+    written alone while its sessions are written together). A kind's generated tokens take a pass per token
+    per sequence at that width; the prompts' evaluated tokens (``PROMPT_EVALUATED`` of those sent: the
+    engine reuses shared prefixes) take the measured prompt speed, on the same cores, so they add up.
+    """
+    step_s, slots = speeds["step_s"], max(speeds["step_s"])
+    personas = max(1, min(workers, config.n_personas))
+    seconds = 0.0
+    for kind, per_persona in counts.items():
+        if kind not in sizes or per_persona <= 0:
+            continue
+        width = min(slots, max(1.0, personas * per_persona))
+        seconds += config.n_personas * per_persona * sizes[kind] * _pass_seconds(step_s, width) / width
+    return seconds + prompt_tokens * PROMPT_EVALUATED / speeds["prompt_tokens_per_s"]
 
 
 def burst_seconds_per_call(llm: LLM, parallel: int) -> float | None:
@@ -211,8 +244,13 @@ def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
     out = sum(sizes[k] * v for k, v in counts.items() if k in sizes) * n + filler * sizes["filler"]
     inp = int(calls * 350)
     speed = recent_throughput(llm)
+    measure = getattr(llm.backend, "speeds", None)
     if speed is not None:  # a real burst already paid for its prompts, queueing and concurrency
         eta = out / speed
+    elif measure is not None:  # a batching engine: its speeds at each width, measured on this machine
+        eta = engine_eta(config, counts, sizes, measure(llm.settings.cache_path.parent), workers=workers,
+                         prompt_tokens=inp)
+        speed = out / eta if eta else None
     else:
         eta = _first_eta(config, llm, workers=workers, calls=calls, out=out, inp=inp)
         speed = out / eta if eta else None
