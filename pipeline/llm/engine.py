@@ -308,7 +308,7 @@ class BatchEngine:
         active = [s for s in self._active() if s.job.pending is not None]
         if not active:
             return
-        lib, batch = self.lib, self.batch
+        batch = self.batch
         batch.n_tokens = len(active)
         for i, slot in enumerate(active):
             batch.token[i] = slot.job.pending
