@@ -49,7 +49,9 @@ def _row(figure: str, value: float, unit: str, target: float | None = None, rati
 
 def batched_bench(binary: Path, threads: int) -> list[dict]:
     """llama-batched-bench's rows (one per parallel width), as its JSONL output gives them."""
-    env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}  # as the engine runs
+    from pipeline.llm.local import OMP_SETTINGS  # importing it sets the engine's OpenMP defaults
+
+    env = {**os.environ, **{k: os.environ[k] for k in OMP_SETTINGS if k in os.environ}}  # as the engine runs
     out = subprocess.run(
         [str(binary), "-m", str(default_model_path()), "-c", "16384", "-b", "2048", "-ub", "512", "-npp", "400",
          "-ntg", "128", "-npl", WIDTHS, "-t", str(threads), "--output-format", "jsonl"],

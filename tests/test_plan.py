@@ -215,8 +215,8 @@ def test_plan_counts_the_calls_a_stage_makes_again_after_code_rejects_a_reply(tm
 
 
 def test_engine_eta_decodes_each_kind_as_wide_as_the_run_keeps_it():
-    """A batching engine's ETA: a kind with one call per persona decodes alone, one with many fills the slots,
-    and the evaluated share of the prompts takes the measured prompt speed."""
+    """A batching engine's ETA: a kind with one call per persona decodes alone, one with many keeps 1.5 of them
+    in flight per persona, up to the slots; the evaluated share of the prompts takes the measured prompt speed."""
     from pipeline.config import load_config
     from pipeline.run.estimate import PROMPT_EVALUATED, _pass_seconds, engine_eta
 
@@ -226,8 +226,11 @@ def test_engine_eta_decodes_each_kind_as_wide_as_the_run_keeps_it():
     config = load_config("smoke", n_personas=1)
     alone = engine_eta(config, {"profile": 1}, {"profile": 100}, speeds, workers=4, prompt_tokens=0)
     assert alone == pytest.approx(100 * 0.02)  # 100 tokens, one sequence: a pass each
-    wide = engine_eta(config, {"query": 8}, {"query": 100}, speeds, workers=4, prompt_tokens=0)
-    assert wide == pytest.approx(100 * 0.08)  # 800 tokens, 8 at a time: 100 passes of 8
+    wide = engine_eta(config.model_copy(update={"n_personas": 8}), {"query": 8}, {"query": 100}, speeds,
+                      workers=8, prompt_tokens=0)
+    assert wide == pytest.approx(8 * 8 * 100 * 0.08 / 8)  # 8 personas x 1.5 calls in flight: the 8 slots full
+    one = engine_eta(config, {"query": 8}, {"query": 100}, speeds, workers=4, prompt_tokens=0)
+    assert one == pytest.approx(800 * _pass_seconds(speeds["step_s"], 1.5) / 1.5)  # one persona: 1.5 in flight
     prompts = engine_eta(config, {}, {}, speeds, workers=4, prompt_tokens=1000)
     assert prompts == pytest.approx(1000 * PROMPT_EVALUATED / 100)
 

@@ -24,11 +24,14 @@ from pipeline.llm.errors import ConfigError
 from pipeline.llm.limits import Runtime
 from schemas.llm import LLMSettings
 
-# llama.cpp's OpenMP threads spin while they wait. Beside any other busy thread (the flow's own Python
-# work, Prefect's server) a spinning team on 2 cores ran 3-8x slower (measured 4 vs 26 tokens/s);
-# passive waiting costs ~20% on an idle machine and keeps the speed steady. libgomp reads this when
-# it loads, so it is set before anything here imports llama_cpp.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# llama.cpp's OpenMP threads spin while they wait for the next operation. Spinning without bound beside
+# another busy thread (the flow's Python work, Prefect's server) on 2 cores once ran 3-8x slower (4 vs 26
+# tokens/s), and never spinning (OMP_WAIT_POLICY=PASSIVE) halves the batched speed (llama-batched-bench, 8
+# sequences: 43 generated tokens/s against 88-92); a short spin before sleeping keeps both (92 at 8, 59 alone).
+# libgomp reads this when it loads, so it is set before anything here imports llama_cpp.
+if "OMP_WAIT_POLICY" not in os.environ:
+    os.environ.setdefault("GOMP_SPINCOUNT", "10000")
+OMP_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 log = logging.getLogger(__name__)
@@ -131,7 +134,9 @@ class LocalBackend:
         """This machine's measured speeds for this model and engine (`BatchEngine.measure`): prompt tokens/s
         and seconds per decoding pass at 1..slots sequences. Measured once (about 5 s) and kept in
         ``folder/engine-speeds.json`` under the model, engine, threads, slots and CPU."""
-        key = f"{self.model}|{self.path.stat().st_size}|{ENGINE}|threads={self.n_threads}|slots={self.slots}|{_cpu()}"
+        omp = ",".join(f"{name}={os.environ[name]}" for name in OMP_SETTINGS if name in os.environ)
+        key = (f"{self.model}|{self.path.stat().st_size}|{ENGINE}|threads={self.n_threads}|slots={self.slots}|"
+               f"{omp}|{_cpu()}")
         file = folder / "engine-speeds.json"
         try:
             known = json.loads(file.read_text(encoding="utf-8"))
