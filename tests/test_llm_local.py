@@ -234,3 +234,21 @@ def test_engine_speeds_are_measured_once_per_machine_and_kept_beside_the_cache(b
     monkeypatch.undo()
     (tmp_path / "engine-speeds.json").write_text("{not json")
     assert backend.speeds(tmp_path)["step_s"].keys() == speeds["step_s"].keys()  # a damaged file: measured again
+
+
+@pytest.mark.model
+def test_a_failing_decode_fails_the_calls_and_every_later_one_with_its_reason(monkeypatch):
+    engine = BatchEngine(default_model_path(), n_ctx=256, n_threads=2, slots=2)
+    try:
+        def broken():
+            raise RuntimeError("llama_decode returned -3")
+
+        monkeypatch.setattr(engine, "_decode", broken)
+        prompt = engine.tokenize("Hello there.", add_special=True)
+        job = engine.submit(prompt, grammar=None, temperature=0.0, top_p=1.0, seed=0, max_tokens=8)
+        with pytest.raises(CallFailed, match="llama_decode returned -3"):
+            job.future.result(timeout=60)
+        with pytest.raises(CallFailed, match="llama_decode returned -3"):  # not "shut down": it failed
+            engine.submit(prompt, grammar=None, temperature=0.0, top_p=1.0, seed=0, max_tokens=8)
+    finally:
+        engine.close()
