@@ -1,4 +1,4 @@
-"""Gateway benchmark: HTTP throughput at concurrency 16, cache-hit rate, embedded-model overhead.
+"""Gateway benchmark: HTTP throughput at concurrency 16 and the cache-hit rate (the embedded model: engine.py).
 
 Run standalone (`python bench/llm_gateway.py`) for a table, or call `run()` for rows of
 {figure, value, unit, target, ratio}.
@@ -19,7 +19,6 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from pipeline.llm import LLM  # noqa: E402
-from pipeline.llm.local import LocalBackend  # noqa: E402
 from pipeline.specs import PING  # noqa: E402
 from schemas.llm import LLMSettings, PingContext  # noqa: E402
 
@@ -90,47 +89,10 @@ def bench_http(workdir: Path) -> list[dict]:
     ]
 
 
-def bench_embedded(workdir: Path) -> list[dict]:
-    """Output tokens/s of the embedded model through the gateway vs raw llama-cpp-python, same prompt and seeds."""
-    settings = LLMSettings(llm="local", max_tokens=64, cache_path=workdir / "local.sqlite")
-    llm = LLM(settings)
-    backend = llm.backend
-    assert isinstance(backend, LocalBackend)
-    context = PING.sample_context()
-    messages = [m.model_dump() for m in llm.prompts.render(PING, context)]
-    grammar, _ = backend.grammar(PING.output.model_json_schema())
-    model = backend.loaded()
-
-    def raw(index: int) -> tuple[int, float]:
-        started = time.perf_counter()
-        with model.lock:
-            result = model.llama.create_chat_completion(
-                messages=messages, grammar=grammar, temperature=settings.temperature, top_p=settings.top_p,
-                max_tokens=settings.max_tokens, seed=settings.seed + index)
-        return result["usage"]["completion_tokens"], time.perf_counter() - started
-
-    def gateway(index: int) -> tuple[int, float]:
-        before = llm.usage_summary().total.output_tokens
-        started = time.perf_counter()
-        llm.generate(PING, context, sample_index=index)
-        return llm.usage_summary().total.output_tokens - before, time.perf_counter() - started
-
-    raw(0), gateway(0)  # warm the model, the grammar and both calling threads
-    raw_runs = [raw(i) for i in range(1, MODEL_RUNS + 1)]
-    gateway_runs = [gateway(i) for i in range(1, MODEL_RUNS + 1)]
-    raw_tokens, raw_time = map(sum, zip(*raw_runs, strict=True))
-    gateway_tokens, gateway_time = map(sum, zip(*gateway_runs, strict=True))
-    raw_rate = raw_tokens / raw_time
-    return [
-        _row("embedded model tokens/s, raw llama-cpp-python", raw_rate, "tokens/s", None),
-        _row("embedded model tokens/s through the gateway", gateway_tokens / gateway_time, "tokens/s", raw_rate),
-    ]
-
-
 def run() -> list[dict]:
     """Every figure of this benchmark."""
     with tempfile.TemporaryDirectory(prefix="bench-llm-") as tmp:
-        return bench_http(Path(tmp)) + bench_embedded(Path(tmp))
+        return bench_http(Path(tmp))
 
 
 def main() -> None:
