@@ -76,7 +76,7 @@ def test_looping_flags_counting_and_repeated_phrases_but_not_varied_text():
 
 
 # --- the batching engine, on the real model ----------------------------------------------------------------
-# The tests share the process's engine (one per file, n_ctx, threads and slots): 8 slots of 4,096 tokens.
+# The tests share the process's engine (one per file, n_ctx, threads and slots): 8 slots of 2,048 tokens.
 
 SYSTEM = ("You are a helpful assistant for a small public library in a quiet seaside town. Readers ask you what "
           "to read next, when the reading room opens, how to renew a loan and where the local history shelves "

@@ -133,9 +133,10 @@ class LocalBackend:
     def speeds(self, folder: Path) -> dict:
         """This machine's measured speeds for this model and engine (`BatchEngine.measure`): prompt tokens/s
         and seconds per decoding pass at 1..slots sequences. Measured once (about 5 s) and kept in
-        ``folder/engine-speeds.json`` under the model, engine, threads, slots and CPU."""
+        ``folder/engine-speeds.json`` under the model, engine, threads, slots, slot size, OpenMP settings and CPU."""
         omp = ",".join(f"{name}={os.environ[name]}" for name in OMP_SETTINGS if name in os.environ)
         key = (f"{self.model}|{self.path.stat().st_size}|{ENGINE}|threads={self.n_threads}|slots={self.slots}|"
+               f"n_ctx={self.settings.n_ctx}|"
                f"{omp}|{_cpu()}")
         file = folder / "engine-speeds.json"
         try:
