@@ -46,9 +46,8 @@ class LLMSettings(BaseModel):
     cache_only: bool = Field(default=False, description="Fail on any cache miss instead of calling a model.")
     n_ctx: int = Field(default=2048, ge=256, description="Context window of the embedded model, per call in "
                        "flight: each of its max_concurrency slots holds this many tokens. 2048 fits the longest "
-                       "generation request (prompt and token cap, about 1,400) with room; larger slots slow "
-                       "llama.cpp's batched decoding (8 slots: 93 generated tokens/s at 1,024, 59 at 2,048, 38 "
-                       "at 4,096 in llama-batched-bench). `personagen eval --window` sets it.")
+                       "generation request (prompt and token cap, about 1,400) with room. `personagen eval "
+                       "--window` sets it.")
     n_threads: int | None = Field(default=None, ge=1, description="Embedded model threads; None = all cores.")
     prices: dict[str, Price] = Field(default_factory=dict, description="Model name -> price.")
 
