@@ -39,7 +39,7 @@ from schemas.llm import LLMSettings  # noqa: E402
 
 WIDTHS = "1,4,8,16"
 REPLAY_PERSONAS = int(os.environ.get("BENCH_ENGINE_PERSONAS", "4"))  # 60 calls: the tail of a short replay is not its steady state
-SLOTS = 8
+SLOTS = LLMSettings().max_concurrency  # as a run keeps them
 
 
 def _row(figure: str, value: float, unit: str, target: float | None = None, ratio: float | None = None) -> dict:

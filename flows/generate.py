@@ -21,6 +21,7 @@ from pipeline.run.jobs import (
     RunSpec,
     check_failures,
     complete_filler,
+    default_workers,
     filler_inputs,
     filler_job,
     model_name,
@@ -119,15 +120,22 @@ def _one_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
-def run_generate(spec: RunSpec, *, runner: Literal["thread", "dask"] = "thread", workers: int = 4,
-                 dask_address: str | None = None) -> Path:
-    """Run the flow with the chosen task runner; returns the published version's path."""
-    start_temporary_server()  # outside our process group, so a terminal's Ctrl-C does not kill it first
+def task_runner_for(spec: RunSpec, *, runner: Literal["thread", "dask"] = "thread", workers: int | None = None,
+                    dask_address: str | None = None):
+    """The task runner of a run: ``workers`` threads (or Dask processes); by default as many as the backend
+    takes calls in flight (`default_workers`). Never Prefect's default thread pool, which has no bound."""
+    workers = workers or default_workers(spec.llm, runner)
     if runner == "dask":
         from prefect_dask import DaskTaskRunner
 
-        task_runner = (DaskTaskRunner(address=dask_address) if dask_address else DaskTaskRunner(
+        return (DaskTaskRunner(address=dask_address) if dask_address else DaskTaskRunner(
             cluster_kwargs={"n_workers": workers, "processes": True, "threads_per_worker": 1}))
-    else:
-        task_runner = ThreadPoolTaskRunner(max_workers=workers)
+    return ThreadPoolTaskRunner(max_workers=workers)
+
+
+def run_generate(spec: RunSpec, *, runner: Literal["thread", "dask"] = "thread", workers: int | None = None,
+                 dask_address: str | None = None) -> Path:
+    """Run the flow with the chosen task runner; returns the published version's path."""
+    start_temporary_server()  # outside our process group, so a terminal's Ctrl-C does not kill it first
+    task_runner = task_runner_for(spec, runner=runner, workers=workers, dask_address=dask_address)
     return Path(generate_benchmark.with_options(task_runner=task_runner)(spec))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from prefect import flow
 
-from flows.generate import generate_benchmark
+from flows.generate import generate_benchmark, task_runner_for
 from pipeline.config import load_config
 from pipeline.dataset import versions
 from pipeline.rng import derive_seed
@@ -30,13 +30,15 @@ def refresh_seed(config: RunConfig, outputs: Path) -> int:
 
 @flow(name="refresh-benchmark", persist_result=False)
 def refresh_benchmark(profile: str = "default", n: int | None = None, llm: str | None = None,
-                      outputs: str = "outputs", cache: str = "outputs/.cache/llm.sqlite") -> str:
-    """Publish a new version with the profile's refresh policy, then apply its retention."""
+                      outputs: str = "outputs", cache: str = "outputs/.cache/llm.sqlite",
+                      workers: int | None = None) -> str:
+    """Publish a new version with the profile's refresh policy, then apply its retention; ``workers``
+    personas at once (default: as many as the backend takes calls in flight)."""
     config = load_config(profile, n_personas=n)
     config = config.model_copy(update={"seed": refresh_seed(config, Path(outputs))})
     spec = RunSpec(config=config, llm=LLMSettings(llm=llm, cache_path=Path(cache)), outputs=Path(outputs),
                    keep=config.refresh.keep)
-    return generate_benchmark(spec)
+    return generate_benchmark.with_options(task_runner=task_runner_for(spec, workers=workers))(spec)
 
 
 def serve(profile: str, n: int | None, llm: str | None, outputs: str, interval: float | None) -> None:

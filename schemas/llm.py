@@ -34,8 +34,10 @@ class LLMSettings(BaseModel):
     seed: int = Field(default=0, description="Sampling seed; the backend gets seed + sample_index.")
     timeout_s: float = Field(default=120.0, gt=0, description="Transport timeout of one try (the embedded model "
                              "has none: its token cap bounds a call).")
-    max_concurrency: int = Field(default=8, ge=1, description="In-flight requests per backend, per process; the "
-                                 "embedded model decodes that many together.")
+    max_concurrency: int = Field(default=16, ge=1, description="In-flight requests per backend, per process, and "
+                                 "by default the personas a run processes at once; the embedded model decodes that "
+                                 "many together (on 2 cores 16 sequences a pass is llama.cpp's best width; `make "
+                                 "bench`). rpm and tpm bound a hosted API further.")
     rpm: int | None = Field(default=None, ge=1, description="Requests per minute budget per backend.")
     tpm: int | None = Field(default=None, ge=1, description="Tokens per minute budget per backend.")
     max_retries: int = Field(default=5, ge=0, description="Transport retries (429, 5xx, timeouts).")

@@ -73,7 +73,7 @@ class RichReporter:
             self.progress.update(self.calls, total=self.progress.tasks[self.calls].completed)
 
 
-def _plan_table(estimate, config, llm_name: str) -> Table:
+def _plan_table(estimate, config, llm_name: str, workers: int) -> Table:
     from pipeline.run.estimate import density_rows
 
     table = Table(title=f"plan: {config.dataset}, {estimate.personas} personas, {llm_name}")
@@ -83,6 +83,7 @@ def _plan_table(estimate, config, llm_name: str) -> Table:
         f"{estimate.eta_s / 60:.1f} min" if estimate.eta_s else "unknown")
     for name, value in [
         ("topics x periods", f"{len(config.topics)} x {len(config.periods)}"),
+        ("personas at once", f"{min(workers, estimate.personas):,}"),
         ("sessions", f"{estimate.sessions:,}"),
         ("expected LLM calls", f"{estimate.llm_calls:,}"),
         ("expected generated tokens", f"{estimate.output_tokens:,}"),
@@ -106,7 +107,8 @@ def generate(
         "where OPENAI_API_KEY may be left unset)"))] = None,
     outputs: Annotated[Path, typer.Option(help="root folder of published datasets")] = Path("outputs"),
     cache: Annotated[Path | None, typer.Option(help="LLM response cache (SQLite) [default: OUTPUTS/.cache/llm.sqlite]")] = None,
-    workers: Annotated[int, typer.Option(help="personas processed concurrently")] = 4,
+    workers: Annotated[int | None, typer.Option(help=(
+        "personas processed concurrently [default: the backend's calls in flight, max_concurrency; 4 with --runner dask]"))] = None,
     runner: Annotated[str, typer.Option(help="thread | dask")] = "thread",
     dask_address: Annotated[str | None, typer.Option(help="tcp://host:port of a Dask scheduler")] = None,
     keep: Annotated[int | None, typer.Option(help="keep only the newest K versions")] = None,
@@ -116,7 +118,7 @@ def generate(
     """Generate a benchmark dataset and publish it as a new version under OUTPUTS/<dataset>/."""
     from pipeline.llm import LLM, LLMError
     from pipeline.run.estimate import estimate_run
-    from pipeline.run.jobs import RunSpec
+    from pipeline.run.jobs import RunSpec, default_workers
 
     if runner not in ("thread", "dask"):
         raise fail(f"--runner: expected thread or dask, got {runner!r}")
@@ -132,6 +134,7 @@ def generate(
         settings = LLMSettings(llm=llm, cache_path=cache, cache_only=cache_only)
         gateway = LLM(settings)
         gateway.preflight()
+        workers = workers or default_workers(settings, runner)
         estimate = estimate_run(config, gateway, workers=workers)
         if estimate.eta_s and _starts_prefect_server():
             estimate.eta_s += PREFECT_START_S
@@ -140,7 +143,7 @@ def generate(
         raise fail(str(exc)) from None
     except KeyboardInterrupt:  # Ctrl-C while planning: one line, not click's "Aborted!"
         raise fail("interrupted before the run started; nothing published", code=130) from None
-    console.print(_plan_table(estimate, config, gateway.name))
+    console.print(_plan_table(estimate, config, gateway.name, workers))
     if dry_run:
         _drop_empty_cache(gateway, cache, created)
         return

@@ -239,7 +239,7 @@ class BatchEngine:
         """
         if self._active():
             raise RuntimeError("the engine is busy")
-        widths = widths or tuple(sorted({1, 2, 4, self.n_slots} & set(range(1, self.n_slots + 1))))
+        widths = widths or tuple(sorted({1, 2, 4, 8, self.n_slots} & set(range(1, self.n_slots + 1))))
         tokens = [self.model.token_bos() if i == 0 else 1000 + (i * 37) % 20000 for i in range(prompt_tokens)]
         lib, batch = self.lib, self.batch
         lib.llama_memory_clear(self.memory, True)

@@ -53,6 +53,17 @@ class RunSpec(BaseModel):
         return Checkpoints(self.llm.cache_path.parent / "personas")
 
 
+DASK_WORKERS = 4  # worker processes when --runner dask is not given --workers (each loads its own embedded model)
+
+
+def default_workers(settings: LLMSettings, runner: str = "thread") -> int:
+    """Personas processed at once when the user names no number: as many as the backend takes calls in
+    flight (``max_concurrency``), so the embedded model's batch and a server's concurrency are filled (a
+    persona's stages mostly wait on each other: about one call in flight each); with Dask, ``DASK_WORKERS``
+    processes."""
+    return DASK_WORKERS if runner == "dask" else settings.max_concurrency
+
+
 def model_name(settings: LLMSettings) -> str:
     """``provider:model`` of the backend the settings select, without building it, opening a cache or loading it."""
     return backend_name(resolve_backend_string(settings), settings)
