@@ -146,6 +146,8 @@ def run() -> list[dict]:
              best_total["speed"] if best_total else None, total_rate / best_total["speed"] if best_total else None),
         _row("  generated tokens/s of wall time", generated / result["wall_s"], "tokens/s"),
         _row("  mean sequences per decoding pass", generated / max(result["decode_steps"], 1), "sequences"),
+        _row("  graph evaluations per decoding pass (llama.cpp splits a pass at every gap in the slots)",
+             result["ubatches"] / max(result["decode_steps"], 1), f"per pass ({result['moves']} moves)"),
         _row("  prompt tokens evaluated / sent (prefix reuse)", result["prompt_evaluated"] / result["prompt_tokens"],
              "ratio"),
         _row("  tokens the grammar rejected (resampled) / of those, over the whole vocabulary",

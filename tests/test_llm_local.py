@@ -252,3 +252,23 @@ def test_a_failing_decode_fails_the_calls_and_every_later_one_with_its_reason(mo
             engine.submit(prompt, grammar=None, temperature=0.0, top_p=1.0, seed=0, max_tokens=8)
     finally:
         engine.close()
+
+
+@pytest.mark.model
+def test_a_gap_in_the_slots_is_closed_and_the_moved_reply_is_the_one_it_would_have_been(backend):
+    """llama.cpp evaluates a batch over separate KV streams one run of consecutive sequences at a time: when a
+    reply ends below others still under way, the highest one moves down (its KV copied), so every pass stays
+    one graph evaluation, and the moved reply goes on exactly as it would have (greedy, so comparable)."""
+    engine = backend.loaded().engine
+    story = _request("Tell me about the sea in twenty words.", max_tokens=40, temperature=0.0)
+    alone = backend.submit(story).future.result(timeout=120)
+    assert _idle(engine)
+    moves, steps, ubatches = engine.stats.moves, engine.stats.decode_steps, engine.stats.ubatches
+    short = backend.submit(_request("Say yes.", max_tokens=2, temperature=0.0))  # the lowest slot: ends first
+    moved = backend.submit(story)  # the next slot up, moved down when the short reply ends
+    short.future.result(timeout=120)
+    together = moved.future.result(timeout=120)
+    assert engine.stats.moves > moves
+    assert engine.stats.ubatches - ubatches == engine.stats.decode_steps - steps  # one evaluation a pass
+    assert together.text == alone.text and together.completion_tokens == alone.completion_tokens
+    assert _idle(engine)

@@ -122,6 +122,8 @@ class EngineStats:
     grammar_resamples: int = 0  # tokens the grammar rejected: resampled among the tokens it allows
     grammar_full: int = 0  # of those, resampled over the whole vocabulary
     prefix_copies: int = 0
+    moves: int = 0  # running sequences moved down to close a gap in the slots (see BatchEngine._compact)
+    ubatches: int = 0  # graph evaluations of the decoding steps: one per run of consecutive slots
     prefill_s: float = 0.0  # evaluating prompts
     decode_s: float = 0.0  # decoding and sampling the sequences under way
     busy_s: float = 0.0
@@ -315,9 +317,11 @@ class BatchEngine:
             if slot.job.abandoned:  # its caller gave up (a timeout, a cancelled task)
                 self._finish(slot, Interrupted("the caller stopped waiting"))
         self._admit()
+        self._compact()
         active = [s for s in self._active() if s.job.pending is not None]
         if not active:
             return
+        self.stats.ubatches += 1 + sum(b.seq != a.seq + 1 for a, b in zip(active, active[1:], strict=False))
         batch = self.batch
         batch.n_tokens = len(active)
         for i, slot in enumerate(active):
@@ -380,13 +384,15 @@ class BatchEngine:
     def _place(self, job: Job, free: list[Slot]) -> tuple[Slot, int]:
         """The free slot for ``job`` and how many of its prompt tokens are already in that slot's KV.
 
-        The free slot whose cached tokens share the longest prefix with the prompt wins (least recently used
-        on a tie). When another slot, busy or free, shares a longer prefix by ``COPY_MIN`` tokens or more, its
-        KV stream is copied into the chosen slot (one buffer copy, the cost of evaluating a few tokens) and
-        cut back to the shared prefix: a persona's calls of one stage share their instructions and persona
-        lines, and a re-ask shares all of its first ask but the note at the end.
+        The lowest free slot, so the sequences under way stay in consecutive slots: llama.cpp evaluates a batch
+        over separate KV streams one run of consecutive sequence ids at a time, so every gap costs a whole
+        extra pass over the weights. When another slot, busy or free, shares a longer prefix with the prompt
+        by ``COPY_MIN`` tokens or more, its KV stream is copied into the chosen slot (one buffer copy, the
+        cost of evaluating a few tokens) and cut back to the shared prefix: a persona's calls of one stage
+        share their instructions and persona lines, and a re-ask shares all of its first ask but the note at
+        the end.
         """
-        slot = max(free, key=lambda s: (_common_prefix(s.tokens, job.prompt), -s.used_at))
+        slot = min(free, key=lambda s: s.seq)
         keep = _common_prefix(slot.tokens, job.prompt)
         donor = max(self.slots, key=lambda s: _common_prefix(s.tokens, job.prompt))
         shared = _common_prefix(donor.tokens, job.prompt)
@@ -399,6 +405,22 @@ class BatchEngine:
         self.lib.llama_memory_seq_rm(self.memory, slot.seq, keep, -1)
         del slot.tokens[keep:]
         return slot, keep
+
+    def _compact(self) -> None:
+        """Close the gaps between the sequences under way: while a free slot lies below the highest busy one,
+        that one's KV stream is copied down (applied at the next decode) and its job moves with it. A gap
+        would split every decoding pass in two graph evaluations (see ``_place``); a copy costs about as much
+        as evaluating a few tokens. The vacated slot keeps its tokens as a cached prefix for reuse."""
+        while True:
+            free = [s for s in self.slots if s.job is None]
+            busy = [s for s in self.slots if s.job is not None]
+            if not free or not busy or free[0].seq > busy[-1].seq:
+                return
+            low, high = free[0], busy[-1]
+            self.lib.llama_memory_seq_cp(self.memory, high.seq, low.seq, -1, -1)
+            low.tokens, low.job, low.used_at = list(high.tokens), high.job, high.used_at
+            high.job = None
+            self.stats.moves += 1
 
     def _decode(self) -> None:
         code = self.lib.llama_decode(self.ctx, self.batch)
