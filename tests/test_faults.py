@@ -121,7 +121,11 @@ def test_loopback_server_faults_are_retried(harness, tmp_path, monkeypatch):
             server.schedule(3 + 5 * index, fault)  # all 20 within the ~108 requests of one persona
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-loopback")
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        version = run_generate(spec_for(tmp_path, "openai:test-model", n=1), workers=2)
+        spec = spec_for(tmp_path, "openai:test-model", n=1)
+        # 1 s still times out the 2 s hung replies; 0.3 s also timed out healthy replies on a loaded machine,
+        # and a call out of retries failed the run
+        spec = spec.model_copy(update={"llm": spec.llm.model_copy(update={"timeout_s": 1.0})})
+        version = run_generate(spec, workers=2)
         requests = server.requests
     assert_valid(version)
     usage = manifest(version)["usage"]["total"]
