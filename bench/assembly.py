@@ -17,10 +17,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from pipeline.assemble_contexts import Assembly, assemble_all  # noqa: E402
-from pipeline.budget import profile_text  # noqa: E402
 from pipeline.config import load_config  # noqa: E402
 from pipeline.dataset import load, publish  # noqa: E402
+from pipeline.dataset.assemble_contexts import Assembly, assemble_all  # noqa: E402
+from pipeline.dataset.budget import profile_text  # noqa: E402
 from pipeline.run.plan import build_plan  # noqa: E402
 from pipeline.tokens import encoding  # noqa: E402
 from schemas.context import AssemblySettings  # noqa: E402

@@ -34,7 +34,7 @@ from pipeline.llm import LLM  # noqa: E402
 from pipeline.llm.backends import BackendRequest  # noqa: E402
 from pipeline.llm.local import LocalBackend, default_model_path  # noqa: E402
 from pipeline.run.persona_text import build_persona_text  # noqa: E402
-from pipeline.sample_personas import sample_personas  # noqa: E402
+from pipeline.timeline.sample_personas import sample_personas  # noqa: E402
 from schemas.llm import LLMSettings  # noqa: E402
 
 WIDTHS = "1,4,8,16"

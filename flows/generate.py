@@ -30,7 +30,7 @@ from pipeline.run.jobs import (
     reuse_checkpoints,
     run_summary,
 )
-from pipeline.sample_personas import sample_personas
+from pipeline.timeline.sample_personas import sample_personas
 from schemas.manifest import Failure
 
 

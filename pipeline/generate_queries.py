@@ -10,13 +10,13 @@ from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
-from pipeline.beats import topic_label
 from pipeline.llm import LLM
 from pipeline.queries.facts import Facts
 from pipeline.queries.gates import GATES, code_wording, judge_hits, structural_problems, wording_problem
 from pipeline.queries.plan import QueryPlan, persona_facts, plan_queries
 from pipeline.rng import derive_rng
 from pipeline.specs import QUERY
+from pipeline.text.beats import topic_label
 from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig
 from schemas.conversation import SessionWithTurns

@@ -49,7 +49,7 @@ class Manifest(BaseModel):
 
 
 class ValidationReport(BaseModel):
-    """What pipeline/validate.py checked on a staged version and what failed (first messages kept)."""
+    """What pipeline/dataset/validate.py checked on a staged version and what failed (first messages kept)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline import assemble_contexts as assemble_module
-from pipeline import budget as budget_module
-from pipeline.assemble_contexts import AssemblyError, assemble_all, context_messages
-from pipeline.budget import MESSAGE_OVERHEAD, message_tokens, message_tokens_many
+from pipeline.dataset import assemble_contexts as assemble_module
+from pipeline.dataset import budget as budget_module
+from pipeline.dataset.assemble_contexts import AssemblyError, assemble_all, context_messages
+from pipeline.dataset.budget import MESSAGE_OVERHEAD, message_tokens, message_tokens_many
 from pipeline.tokens import count_tokens
 from schemas.context import AssemblySettings
 from schemas.query import Evidence

@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.catalog import catalog_inventory, load_catalog, load_taxonomy
+from pipeline.timeline.catalog import catalog_inventory, load_catalog, load_taxonomy
 from schemas.config import DEFAULT_TOPICS
 
 

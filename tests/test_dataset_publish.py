@@ -13,7 +13,6 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from pipeline.assemble_contexts import assemble_all
 from pipeline.dataset import (
     PublishError,
     load,
@@ -23,6 +22,7 @@ from pipeline.dataset import (
     stage_tables,
     versions,
 )
+from pipeline.dataset.assemble_contexts import assemble_all
 from schemas.manifest import Manifest, PublishInfo
 from schemas.tables import TABLES
 from tests.support.factories import make_bundle, tiny_config
@@ -101,7 +101,7 @@ def test_a_corrupted_staging_table_blocks_publication(tmp_path, tables, info):
 
 def test_a_file_that_does_not_read_back_as_written_blocks_publication(tmp_path, tables, info, monkeypatch):
     """publish() validates the rows in memory, so it proves each file holds exactly those rows."""
-    import pipeline.dataset as dataset
+    import pipeline.dataset.publishing as dataset
 
     original = dataset.write_table
 
@@ -214,14 +214,14 @@ def test_keep_spares_a_version_another_live_process_published(tmp_path, tables, 
     import subprocess
     import sys
 
-    import pipeline.dataset
+    import pipeline.dataset.versioning
 
     first = publish(tmp_path, tables, info)
-    pipeline.dataset._unpin(first)  # hand v0001's pin to another process, as if it had published it
+    pipeline.dataset.versioning._unpin(first)  # hand v0001's pin to another process, as if it had published it
     hold = "import fcntl, os, sys, time; fcntl.flock(os.open(sys.argv[1], os.O_RDONLY), fcntl.LOCK_SH); time.sleep(60)"
     holder = subprocess.Popen([sys.executable, "-c", hold, str(first)])
     try:
-        while not pipeline.dataset._pinned_elsewhere(first):
+        while not pipeline.dataset.versioning._pinned_elsewhere(first):
             assert holder.poll() is None
         second = publish(tmp_path, tables, info, keep=1)
         assert [p.name for p in versions(tmp_path / "tiny")] == ["v0001", "v0002"]

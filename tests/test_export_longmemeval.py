@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli.app import app
 from pipeline.dataset import load
-from pipeline.export_longmemeval import ENTRY_KEYS, haystack, lme_date, longmemeval_entry
+from pipeline.dataset.export_longmemeval import ENTRY_KEYS, haystack, lme_date, longmemeval_entry
 from schemas.query import Evidence
 from tests.support.smoke import publish_smoke
 

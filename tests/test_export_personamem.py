@@ -10,10 +10,10 @@ import re
 import pytest
 from typer.testing import CliRunner
 
-from pipeline.assemble_contexts import assemble_all
 from pipeline.cli.app import app
 from pipeline.dataset import load, publish
-from pipeline.export import (
+from pipeline.dataset.assemble_contexts import assemble_all
+from pipeline.dataset.export import (
     QUESTION_COLUMNS,
     RELEASED_COLUMNS,
     export_jsonl,

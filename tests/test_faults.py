@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner, Result
 
-import pipeline.dataset
+import pipeline.dataset.publishing
 import pipeline.llm.fake
 from pipeline.config import load_config
 from pipeline.dataset import load
+from pipeline.dataset.validate import validate_tables
 from pipeline.run.jobs import RunSpec
-from pipeline.validate import validate_tables
 from schemas.llm import LLMSettings
 from schemas.tables import TABLES
 from tests.support.procs import kill_group, start_in_group
@@ -157,7 +157,7 @@ def test_disk_full_while_publishing_publishes_nothing(harness, tmp_path, monkeyp
     dataset = tmp_path / "out" / "smoke"
     rows = cache_rows(tmp_path / "cache" / "llm.sqlite")
     written = []
-    real_write = pipeline.dataset.write_table
+    real_write = pipeline.dataset.publishing.write_table
 
     def filling_disk(directory, name, table_rows):
         written.append(name)
@@ -165,7 +165,7 @@ def test_disk_full_while_publishing_publishes_nothing(harness, tmp_path, monkeyp
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(directory / f"{name}.parquet"))
         return real_write(directory, name, table_rows)
 
-    monkeypatch.setattr(pipeline.dataset, "write_table", filling_disk)
+    monkeypatch.setattr(pipeline.dataset.publishing, "write_table", filling_disk)
     full = run_cli(tmp_path)
     errors = [line for line in full.stderr.splitlines() if line.startswith("error:")]
     assert full.exit_code == 2 and len(errors) == 1 and full.stderr.strip().splitlines()[-1] == errors[0]
@@ -173,7 +173,7 @@ def test_disk_full_while_publishing_publishes_nothing(harness, tmp_path, monkeyp
     assert sorted(p.name for p in dataset.iterdir()) == [".lock", "latest", "v0001"]
     assert os.readlink(dataset / "latest") == "v0001"
     assert cache_rows(tmp_path / "cache" / "llm.sqlite") == rows
-    monkeypatch.setattr(pipeline.dataset, "write_table", real_write)
+    monkeypatch.setattr(pipeline.dataset.publishing, "write_table", real_write)
     again = run_cli(tmp_path)
     assert again.exit_code == 0, again.output[-2000:]
     assert manifest(dataset / "v0002")["usage"]["total"]["backend_calls"] == 0

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli.app import app
 from pipeline.dataset import load
-from pipeline.export import RELEASED_COLUMNS, option_strings
+from pipeline.dataset.export import RELEASED_COLUMNS, option_strings
 from tests.support.openai_server import OpenAIServer
 from tests.support.smoke import publish_smoke
 

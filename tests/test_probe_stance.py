@@ -9,8 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.beats import Beat, beat_problem, fallback_exchange
-from pipeline.catalog import load_taxonomy
 from pipeline.config import load_config
 from pipeline.evaluation.probe import run_probe
 from pipeline.generate_queries import generate_queries
@@ -20,8 +18,10 @@ from pipeline.queries.filtering import ProbeFailed, filter_queries
 from pipeline.queries.gates import structural_problems
 from pipeline.queries.plan import persona_facts
 from pipeline.run.persona_text import build_persona_text
-from pipeline.sample_personas import sample_personas
-from pipeline.stance import expressed, stance_problem
+from pipeline.text.beats import Beat, beat_problem, fallback_exchange
+from pipeline.text.stance import expressed, stance_problem
+from pipeline.timeline.catalog import load_taxonomy
+from pipeline.timeline.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings
 from schemas.query import Evidence, Option, Query

@@ -27,7 +27,7 @@ from pipeline.queries.gates import (
 from pipeline.queries.plan import balanced_positions, persona_facts, plan_queries
 from pipeline.rng import derive_rng
 from pipeline.run.persona_text import build_persona_text
-from pipeline.sample_personas import sample_personas
+from pipeline.timeline.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings
 from schemas.query import QUERY_TYPES, Evidence

@@ -12,7 +12,7 @@ from pipeline.queries.gates import structural_problems, wording_problem
 from pipeline.queries.plan import persona_facts, plan_queries
 from pipeline.rng import derive_rng
 from pipeline.run.persona_text import build_persona_text
-from pipeline.sample_personas import sample_personas
+from pipeline.timeline.sample_personas import sample_personas
 from schemas.llm import LLMSettings
 
 

@@ -6,14 +6,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.beats import Beat, beat_problem, fallback_exchange, mentions, plan_sessions, topic_label
 from pipeline.config import load_config
-from pipeline.expand_persona import clean_items, profile_problem
-from pipeline.filler import filter_filler, write_filler_pool
 from pipeline.llm import LLM
-from pipeline.narrate_events import apply_narrations, effects_of
 from pipeline.run.persona_text import build_persona_text
-from pipeline.sample_personas import sample_personas
+from pipeline.text.beats import Beat, beat_problem, fallback_exchange, mentions, plan_sessions, topic_label
+from pipeline.text.expand_persona import clean_items, profile_problem
+from pipeline.text.filler import filter_filler, write_filler_pool
+from pipeline.text.narrate_events import apply_narrations, effects_of
+from pipeline.timeline.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.drafts import ProfileDraft, narration_draft
 from schemas.ids import parse_version_key

@@ -6,11 +6,11 @@ import networkx as nx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.catalog import catalog_inventory, load_taxonomy
-from pipeline.periods import period_windows
 from pipeline.rng import derive_rng
-from pipeline.sample_personas import persona_from_seed, sample_builtin_seed
-from pipeline.simulate_timeline import simulate_timeline
+from pipeline.timeline.catalog import catalog_inventory, load_taxonomy
+from pipeline.timeline.periods import period_windows
+from pipeline.timeline.sample_personas import persona_from_seed, sample_builtin_seed
+from pipeline.timeline.simulate_timeline import simulate_timeline
 from schemas.config import DEFAULT_TOPICS, Period, RunConfig, TimelineSettings
 
 INVENTORY = catalog_inventory(list(DEFAULT_TOPICS))

@@ -21,7 +21,7 @@ def export_personamem(
 ) -> None:
     """Write PersonaMem's released format, one CSV + JSONL pair per budget."""
     from pipeline.dataset import load, resolve
-    from pipeline.export import export_personamem as run
+    from pipeline.dataset.export import export_personamem as run
 
     try:
         files = run(load(resolve(dataset, outputs)), out)
@@ -40,7 +40,7 @@ def export_longmemeval(
 ) -> None:
     """Write LongMemEval's JSON (longmemeval_s-style), one file per budget, one entry per placed query."""
     from pipeline.dataset import load, resolve
-    from pipeline.export_longmemeval import export_longmemeval as run
+    from pipeline.dataset.export_longmemeval import export_longmemeval as run
 
     try:
         size = parse_budget(budget) if budget else None
@@ -60,7 +60,7 @@ def export_jsonl(
 ) -> None:
     """One self-contained record per (query, context), with the history before the question."""
     from pipeline.dataset import load, resolve
-    from pipeline.export import export_jsonl as run
+    from pipeline.dataset.export import export_jsonl as run
 
     try:
         written = run(load(resolve(dataset, outputs)), out, budget=budget)

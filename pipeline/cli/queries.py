@@ -53,10 +53,10 @@ def _gateway(backend: str | None, cache: Path) -> LLM:
 def run_queries(config: RunConfig, *, llm: str | None, judge: str | None, cache: Path, out: Path) -> Table:
     """All personas through the text stages and generate_queries; the tables written to ``out``."""
     from pipeline.dataset import write_tables
-    from pipeline.filler import filter_filler, write_filler_pool
     from pipeline.run.persona_text import build_persona_text
     from pipeline.run.text import text_tables
-    from pipeline.sample_personas import sample_personas
+    from pipeline.text.filler import filter_filler, write_filler_pool
+    from pipeline.timeline.sample_personas import sample_personas
 
     gateway = _gateway(llm, cache)
     judge_gateway = _gateway(judge, cache) if judge else None

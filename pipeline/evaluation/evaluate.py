@@ -18,8 +18,8 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.budget import message_tokens
 from pipeline.dataset import Dataset, load, write_eval
+from pipeline.dataset.budget import message_tokens
 from pipeline.errors import UserError
 from pipeline.evaluation.answer_parse import letters, parse_answer
 from pipeline.evaluation.summary import (

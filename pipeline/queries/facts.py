@@ -10,8 +10,8 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.beats import content_words, mentioned
 from pipeline.queries.sources import Pools
+from pipeline.text.beats import content_words, mentioned
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
 from schemas.timeline import Event, PreferenceVersion, Timeline

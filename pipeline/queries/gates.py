@@ -15,11 +15,11 @@ import statistics
 from dataclasses import replace
 
 from pipeline.baselines import content_words
-from pipeline.beats import mentions
 from pipeline.llm import LLM, LLMError
 from pipeline.queries.facts import Facts
 from pipeline.queries.plan import QueryPlan
 from pipeline.specs import QUERY_JUDGE
+from pipeline.text.beats import mentions
 from pipeline.tokens import count_tokens
 from schemas.config import QuerySettings
 from schemas.query import ABSENT, Query

@@ -11,11 +11,11 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from pipeline.beats import mentions
-from pipeline.catalog import catalog_inventory, load_catalog, load_taxonomy
 from pipeline.rng import derive_rng, derive_seed
-from pipeline.sample_personas import persona_from_seed, sample_builtin_seed
-from pipeline.simulate_timeline import simulate_timeline
+from pipeline.text.beats import mentions
+from pipeline.timeline.catalog import catalog_inventory, load_catalog, load_taxonomy
+from pipeline.timeline.sample_personas import persona_from_seed, sample_builtin_seed
+from pipeline.timeline.simulate_timeline import simulate_timeline
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.persona import Persona

@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from pipeline.beats import topic_label
 from pipeline.queries.facts import Facts
+from pipeline.text.beats import topic_label
 from schemas.query import ABSENT, OptionRole
 from schemas.timeline import PreferenceVersion
 

@@ -11,10 +11,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.assemble_contexts import assemble_all
 from pipeline.dataset import publish
+from pipeline.dataset.assemble_contexts import assemble_all
 from pipeline.errors import UserError
-from pipeline.filler import filler_need, filler_sources, filter_filler, sharegpt_filler, write_filler_pool
 from pipeline.generate_queries import generate_queries
 from pipeline.llm import LLM
 from pipeline.llm.factory import backend_name, resolve_backend_string
@@ -24,7 +23,14 @@ from pipeline.run.checkpoint import Checkpoints, FilteredQueries, PersonaResult,
 from pipeline.run.estimate import OUTPUT_TOKENS
 from pipeline.run.persona_text import build_persona_text
 from pipeline.specs import ALL_SPECS
-from pipeline.stance import stance_problem
+from pipeline.text.filler import (
+    filler_need,
+    filler_sources,
+    filter_filler,
+    sharegpt_filler,
+    write_filler_pool,
+)
+from pipeline.text.stance import stance_problem
 from schemas.config import RunConfig
 from schemas.conversation import SessionWithTurns
 from schemas.ids import digest

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from pipeline.expand_persona import expand_persona
 from pipeline.llm import LLM
-from pipeline.narrate_events import narrate_events
 from pipeline.rng import derive_rng
-from pipeline.simulate_timeline import simulate_timeline
-from pipeline.write_sessions import SessionStats, write_sessions
+from pipeline.text.expand_persona import expand_persona
+from pipeline.text.narrate_events import narrate_events
+from pipeline.text.write_sessions import SessionStats, write_sessions
+from pipeline.timeline.simulate_timeline import simulate_timeline
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.conversation import SessionWithTurns

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
-from pipeline.catalog import catalog_inventory, load_catalog
 from pipeline.llm import LLM, LLMError
 from pipeline.rng import derive_rng
-from pipeline.sample_personas import persona_from_seed
 from pipeline.specs import INVENTORY, PROFILE
+from pipeline.timeline.catalog import catalog_inventory, load_catalog
+from pipeline.timeline.sample_personas import persona_from_seed
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.drafts import InventoryContext, ProfileContext, ProfileDraft, inventory_draft

@@ -8,8 +8,8 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from pipeline.assemble_contexts import layout, place_query, turn_prefix
-from pipeline.budget import message_tokens, profile_text
+from pipeline.dataset.assemble_contexts import layout, place_query, turn_prefix
+from pipeline.dataset.budget import message_tokens, profile_text
 from schemas.context import Context, Placement
 from schemas.conversation import Session, Turn
 from schemas.manifest import ValidationReport

@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from pipeline.errors import UserError, first_validation_error
 from schemas.catalog import Catalog, InventoryItem, Taxonomy
 
-DATA_DIR = Path(__file__).parent / "data"
+DATA_DIR = Path(__file__).parents[1] / "data"
 
 
 class DataFileError(UserError, ValueError):

@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from pipeline.catalog import load_taxonomy
-from pipeline.periods import PeriodWindow, history_start, period_windows
+from pipeline.timeline.catalog import load_taxonomy
+from pipeline.timeline.periods import PeriodWindow, history_start, period_windows
 from schemas.catalog import InventoryItem, Taxonomy
 from schemas.config import RunConfig
 from schemas.ids import pref_id, stable_id

@@ -23,10 +23,11 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from pipeline.assemble_contexts import slot_dates
-from pipeline.dataset import Dataset, export_folder, write_json_list
+from pipeline.dataset.assemble_contexts import slot_dates
+from pipeline.dataset.export import ExportedFile, letter, option_strings, placements_by_context, size_labels
+from pipeline.dataset.files import export_folder, write_json_list
+from pipeline.dataset.reading import Dataset
 from pipeline.errors import UserError
-from pipeline.export import ExportedFile, letter, option_strings, placements_by_context, size_labels
 from schemas.context import Context, Placement
 from schemas.conversation import SessionWithTurns
 from schemas.query import Query

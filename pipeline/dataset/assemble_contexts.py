@@ -1,6 +1,6 @@
 """Stage 7, pure code: a persona's sessions plus shared filler, ordered into long histories at each budget.
 
-Token rule (see pipeline/budget.py, the one place it lives): a message costs
+Token rule (see pipeline/dataset/budget.py, the one place it lives): a message costs
 ``count_tokens(content) + MESSAGE_OVERHEAD``; a context costs the sum over exactly the messages a
 model receives: the profile system message(s) and every turn of every session. Sessions are
 counted once (``count_sessions`` fills the ``n_tokens`` caches) and every context reuses those numbers.
@@ -21,7 +21,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from pipeline.budget import count_sessions, date_text, message_tokens, profile_text
+from pipeline.dataset.budget import count_sessions, date_text, message_tokens, profile_text
 from pipeline.errors import UserError
 from pipeline.rng import derive_rng
 from schemas.context import AssemblySettings, ChatMessage, Context, Ordering, Placement, ProfileMode

@@ -8,10 +8,10 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.catalog import load_taxonomy
-from pipeline.periods import PeriodWindow, period_windows
 from pipeline.rng import derive_rng
-from pipeline.stance import stance_problem
+from pipeline.text.stance import stance_problem
+from pipeline.timeline.catalog import load_taxonomy
+from pipeline.timeline.periods import PeriodWindow, period_windows
 from schemas.config import RunConfig
 from schemas.drafts import BeatKind
 from schemas.ids import stable_id

@@ -6,7 +6,10 @@ from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
-from pipeline.beats import (
+from pipeline.dataset.budget import with_token_counts
+from pipeline.llm import LLM
+from pipeline.specs import BEAT, SESSION, SMALL_TALK
+from pipeline.text.beats import (
     Beat,
     SessionPlan,
     beat_problem,
@@ -15,10 +18,7 @@ from pipeline.beats import (
     plan_sessions,
     topic_label,
 )
-from pipeline.budget import with_token_counts
-from pipeline.catalog import load_catalog
-from pipeline.llm import LLM
-from pipeline.specs import BEAT, SESSION, SMALL_TALK
+from pipeline.timeline.catalog import load_catalog
 from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from pipeline.dataset import Dataset, export_folder, write_csv, write_jsonl
+from pipeline.dataset.files import export_folder, write_csv, write_jsonl
+from pipeline.dataset.reading import Dataset
 from schemas.context import Context, Placement
 from schemas.ids import parse_version_key
 from schemas.query import Query

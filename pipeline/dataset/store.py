@@ -1,0 +1,99 @@
+"""Low-level dataset files: Parquet tables through explicit schemas, staging folders renamed into place,
+checksums, and the error types every part of the dataset package raises."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import secrets
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pydantic import BaseModel
+
+from pipeline.errors import UserError
+from schemas.manifest import FileEntry
+from schemas.tables import TABLES, from_table, to_table
+
+VERSION = re.compile(r"^v(\d{4,})$")
+LATEST = "latest"
+
+
+class PublishError(UserError):
+    """A dataset version cannot be published; nothing was published."""
+
+
+class DatasetNotFound(UserError):
+    """A path or name that holds no dataset version."""
+
+
+class DamagedDataset(UserError):
+    """A version whose files do not match its manifest (truncated, edited or missing)."""
+
+
+class ExportError(UserError):
+    """An export cannot be written where ``--out`` points."""
+
+
+def write_table(directory: Path, name: str, rows: list[BaseModel]) -> pa.Table:
+    """Write ``rows`` as ``<directory>/<name>.parquet`` (zstd) with the table's explicit schema."""
+    table = to_table(name, rows)
+    pq.write_table(table, directory / f"{name}.parquet", compression="zstd")
+    return table
+
+
+def read_table(directory: Path, name: str) -> list[BaseModel]:
+    """Read one table back as validated models."""
+    path = directory / f"{name}.parquet"
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no such table")
+    schema, _ = TABLES[name]
+    return from_table(name, pq.read_table(path, schema=schema))
+
+
+def make_staging(parent: Path, label: str) -> Path:
+    """A fresh staging folder next to its destination (same filesystem, so the final rename is atomic)."""
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = parent / f".staging-{label}-{os.getpid()}-{secrets.token_hex(4)}"
+    staging.mkdir()
+    return staging
+
+
+def replace_dir(staging: Path, target: Path) -> None:
+    """Move a complete staging folder to ``target``, replacing what was there; never half-written."""
+    if target.exists():
+        trash = target.parent / f".trash-{target.name}-{secrets.token_hex(4)}"
+        os.rename(target, trash)
+        os.rename(staging, target)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.rename(staging, target)
+
+
+def write_tables(target: Path, tables: dict[str, list[BaseModel]]) -> dict[str, int]:
+    """Write several tables into ``target`` as one unit: all of them, or (on any error) none."""
+    staging = make_staging(target.parent, target.name)
+    try:
+        counts = {name: write_table(staging, name, rows).num_rows for name, rows in tables.items()}
+        replace_dir(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return counts
+
+
+def _os_reason(exc: OSError) -> str:
+    """`strerror: filename` of an OSError, in one line."""
+    where = f": {exc.filename}" if exc.filename else ""
+    return f"{exc.strerror or str(exc).splitlines()[0]}{where}"
+
+
+def _file_entry(path: Path, rows: int | None) -> FileEntry:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return FileEntry(rows=rows, bytes=path.stat().st_size, sha256=h.hexdigest())
