@@ -108,7 +108,7 @@ def test_a_suite_writes_one_table_with_the_references_the_modes_and_the_gap(tmp_
     assert reader.key == "overall" and reader.n == 12 and len(pq.read_table(run.path / "references.parquet")) == 12
     header = "| type | n | chance | longest_option | lexical_overlap | retrieval_reader | no-context | mcq |"
     assert header in run.markdown and "| mcq - no-context |" in run.markdown
-    assert f"| overall | 12 | 25.0 [25.0, 25.0] |" in run.markdown
+    assert "| overall | 12 | 25.0 [25.0, 25.0] |" in run.markdown
     assert json.loads((run.path / "summary.json").read_text())["kind"] == "suite"
     report = build_report(version)
     assert f"retrieval reader (suite, n=12) | {reader.accuracy:.1%}" in report.summary

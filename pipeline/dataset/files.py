@@ -10,7 +10,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Iterable
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from pipeline.dataset.store import ExportError, _os_reason, make_staging, replace_dir
+from pipeline.dataset.store import ExportError, _os_reason, make_staging, replace_dir, writable_problem
 from pipeline.errors import UserError
 
 
@@ -104,34 +104,17 @@ def eval_folder(version: Path, name: str, *, outputs: Path | None = None) -> Pat
     version cannot be written (a read-only copy) ``<outputs>/eval-results/<dataset>/<version>/<name>``."""
     check_output_name(name)
     primary = version / "evals"
-    problem = _writable(primary)
+    problem = writable_problem(primary)
     if problem is None:
         return primary / name
     if outputs is None:
         raise UserError(f"{primary}: cannot write the eval results ({problem}); nothing was asked")
     fallback = outputs / EVAL_FALLBACK / version.parent.name / version.name
-    second = _writable(fallback)
+    second = writable_problem(fallback)
     if second is not None:
         raise UserError(f"{primary}: cannot write the eval results ({problem}), nor under --outputs {fallback} "
                         f"({second}); nothing was asked")
     return fallback / name
-
-
-def _writable(folder: Path) -> str | None:
-    """None when a file can be created in ``folder`` (made if missing, then removed again), else why not."""
-    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        return _os_reason(exc)
-    finally:
-        for path in made:
-            with suppress(OSError):
-                path.rmdir()
-    return None
 
 
 def write_eval(folder: Path, tables: dict[str, pa.Table], markdown: str, summary: BaseModel) -> Path:
