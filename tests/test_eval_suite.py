@@ -106,7 +106,7 @@ def test_a_suite_writes_one_table_with_the_references_the_modes_and_the_gap(tmp_
     assert set(gaps) == set(memory) and all(g.gap == pytest.approx(1 - share_a) for g in gaps.values())
     reader = s.references["retrieval_reader"][0]
     assert reader.key == "overall" and reader.n == 12 and len(pq.read_table(run.path / "references.parquet")) == 12
-    header = "| type | n | chance | longest_option | lexical_overlap | retrieval_reader | no-context | mcq |"
+    header = "| type | n | chance | longest | lexical | reader | no-context | mcq | oracle | recent | rag |"
     assert header in run.markdown and "| mcq - no-context |" in run.markdown
     assert "| overall | 12 | 25.0 [25.0, 25.0] |" in run.markdown
     assert json.loads((run.path / "summary.json").read_text())["kind"] == "suite"

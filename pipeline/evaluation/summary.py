@@ -20,6 +20,8 @@ DISTANCE_BUCKETS: tuple[tuple[int, str], ...] = (
 )
 GROUPS = ("type", "topic", "budget", "distance")
 REFERENCES = ("chance", "longest_option", "lexical_overlap", "retrieval_reader")
+REFERENCE_LABELS = {"chance": "chance", "longest_option": "longest", "lexical_overlap": "lexical",
+                    "retrieval_reader": "reader"}
 
 
 class EvalRow(BaseModel):
@@ -277,11 +279,13 @@ def render_suite(s: SuiteSummary) -> str:
     n = {a.key: a.n for a in s.references[REFERENCES[0]]}
     lines = [f"# Eval suite `{s.run}` on {s.dataset} {s.version}", "",
              f"Model `{s.llm}`; {s.n_items} placed queries, every column on the same ones. References need no "
-             "model (retrieval reader: BM25 over the user turns before the question, for the question and its "
-             "options; the option sharing the most words with the best-matching turn). Cells: accuracy in % "
+             "model: chance, the longest option, the one sharing most words with the question (lexical), and the "
+             "retrieval reader (BM25 over the user turns before the question, for the question and its options; "
+             "the option sharing the most words with the best-matching turn). Cells: accuracy in % "
              f"[95% CI, bootstrap over personas, {s.n_boot} resamples, seed {s.seed}]; a mode's cells leave out "
              "its skipped and failed calls.", "",
-             "| type | n | " + " | ".join(columns) + " |", "|---|---:|" + "---|" * len(columns)]
+             "| type | n | " + " | ".join(REFERENCE_LABELS.get(c, c) for c in columns) + " |",
+             "|---|---:|" + "---|" * len(columns)]
     for key in keys:
         if key in n:
             lines.append(f"| {key.removeprefix('type=')} | {n[key]} | "
