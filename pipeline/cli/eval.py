@@ -56,12 +56,12 @@ def eval_command(
                                 window=window, judge_sample=judge_sample, budget=_budget(budget))
         if name is not None:
             check_output_name(name)
-        version = resolve(dataset, outputs)
         cache = cache or outputs / ".cache" / "llm.sqlite"
         gateway = _gateway(llm, window=window, max_tokens=max_tokens, temperature=temperature,
                            concurrency=concurrency, cache=cache)
         grader = _gateway(judge, window=None, max_tokens=256, temperature=0.0, concurrency=concurrency,
                           cache=cache, share=gateway) if answer == "open" else None
+        version = resolve(dataset, outputs)
         name = name or run_name(gateway.name, settings, prefix="suite" if suite else None)
         eval_folder(version, name, outputs=outputs)  # writable, before any call
         for g in (gateway, grader):

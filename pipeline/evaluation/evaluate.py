@@ -178,7 +178,10 @@ class Call:
 
 
 class Views:
-    """Context views of one batch, built on first use (a batch shares few contexts)."""
+    """Context views built on first use, the latest few kept: items come sorted by context, so a long run
+    holds one or two materialized histories at a time, never the whole dataset's."""
+
+    KEEP = 2
 
     def __init__(self, ds: Dataset) -> None:
         self.ds = ds
@@ -187,6 +190,8 @@ class Views:
     def get(self, context_id: str) -> ContextView:
         """The view of ``context_id``."""
         if context_id not in self.views:
+            if len(self.views) >= self.KEEP:
+                del self.views[next(iter(self.views))]
             self.views[context_id] = context_view(self.ds, context_id)
         return self.views[context_id]
 
@@ -201,8 +206,8 @@ def evaluate(ds: Dataset, *, llm: LLM, settings: EvalSettings, modes: Sequence[M
     modes = list(modes or [settings.mode])
     window = settings.window or default_window(llm)
     rows: list[EvalRow] = []
+    views = Views(ds)
     for start in range(0, len(items), BATCH):
-        views = Views(ds)
         jobs = [prepare(views, item, mode, settings, window, llm.settings.max_tokens)
                 for item in items[start:start + BATCH] for mode in modes]
         rows.extend(llm.runtime.run(_ask_all(llm, judge, jobs, settings.answer)))
