@@ -25,7 +25,7 @@ def content_words(text: str) -> set[str]:
     return {w for w in _TOKEN.findall(text.lower()) if w not in STOPWORDS}
 
 
-def _expected_hit(scores: Sequence[float], correct: int) -> float:
+def expected_hit(scores: Sequence[float], correct: int) -> float:
     """1/k when the correct option is among the k options with the top score, else 0."""
     best = max(scores)
     winners = [i for i, s in enumerate(scores) if s == best]
@@ -35,7 +35,7 @@ def _expected_hit(scores: Sequence[float], correct: int) -> float:
 def _accuracy(queries: Sequence[Query], score: Callable[[Query], list[float]]) -> float:
     if not queries:
         return 0.0
-    return sum(_expected_hit(score(q), q.correct_index) for q in queries) / len(queries)
+    return sum(expected_hit(score(q), q.correct_index) for q in queries) / len(queries)
 
 
 def longest_option_accuracy(queries: Sequence[Query]) -> float:

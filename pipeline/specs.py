@@ -18,7 +18,9 @@ from schemas.drafts import (
     session_draft,
     small_talk_draft,
 )
+from schemas.judging import AnswerVerdict, JudgeAnswerContext
 from schemas.llm import PingContext, PingReply
+from schemas.query import QUERY_TYPES
 from schemas.query_drafts import JudgeContext, QueryContext, judge_draft, query_draft
 
 PING = PromptSpec(name="gateway.ping", template="gateway/ping.jinja", context=PingContext, output=PingReply)
@@ -42,7 +44,15 @@ QUERY = PromptSpec(name="generate_queries.query", template="generate_queries/que
                    output=query_draft(4))
 QUERY_JUDGE = PromptSpec(name="generate_queries.judge", template="generate_queries/judge.jinja",
                          context=JudgeContext, output=judge_draft(4))
+# The open-answer judge of `personagen eval --answer open`: one template per query type, and one for the
+# queries whose correct reply is an abstention ("you have not told me"), as LongMemEval's judge has.
+ANSWER_JUDGES: dict[str, PromptSpec] = {
+    kind: PromptSpec(name=f"evaluate.judge_{kind}", template=f"evaluate/judge_{kind}.jinja",
+                     context=JudgeAnswerContext, output=AnswerVerdict)
+    for kind in (*QUERY_TYPES, "abstention")
+}
 
 ALL_SPECS: dict[str, PromptSpec] = {
-    spec.name: spec for spec in (PING, PROFILE, INVENTORY, NARRATION, BEAT, SMALL_TALK, SESSION, FILLER, QUERY, QUERY_JUDGE)
+    spec.name: spec for spec in (PING, PROFILE, INVENTORY, NARRATION, BEAT, SMALL_TALK, SESSION, FILLER, QUERY, QUERY_JUDGE,
+                                 *ANSWER_JUDGES.values())
 }

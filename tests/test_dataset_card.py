@@ -110,3 +110,9 @@ def test_audit_prints_the_probe_and_fails_above_a_bound(probed):
     strict = CliRunner().invoke(app, ["audit", str(probed), "--max-accuracy", "0.0"])
     assert strict.exit_code == 1
     assert "without the history" in strict.output
+
+
+def test_card_points_at_the_evals_made_after_publishing(card):
+    body = card[0].split("---\n", 2)[2]
+    assert "## Evaluating" in body and "--suite" in body and "`evals/<name>/`" in body
+    assert "never lists evaluations made later" in body

@@ -10,11 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.dataset import load
+from pipeline.dataset.budget import message_tokens
 from pipeline.evaluation.evaluate import (
     EvalSettings,
     default_window,
     evaluate,
-    prompt_tokens,
     question_message,
     run_eval,
     run_name,
@@ -78,7 +78,8 @@ def test_a_context_longer_than_the_window_is_skipped_and_counted(tmp_path, ds):
     llm = make_llm(tmp_path, "correct")
     settings = EvalSettings(window=3000)
     items = select_items(ds, settings)
-    too_long = [i for i in items if prompt_tokens(i, "mcq") + 64 > 3000]
+    too_long = [i for i in items if i.placement.context_tokens + message_tokens(question_message(i.query).content) + 64
+                > 3000]
     assert 0 < len(too_long) < len(items)
     rows = evaluate(ds, llm=llm, settings=settings)
     skipped = [r for r in rows if r.status == "skipped"]

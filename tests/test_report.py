@@ -59,7 +59,7 @@ def test_report_includes_eval_results_when_present_and_leaves_the_tables_alone(v
     run_eval(version, llm=llm, settings=EvalSettings(limit=6), name="judge")
     written = build_report(version)
     assert "eval_results.png" in {p.name for p in written.images}
-    assert "| judge | fake:fake-answer-correct | mcq | 6 | 100.0% |" in written.summary
+    assert "| judge | fake:fake-answer-correct | mcq | choice | 6 | 100.0% |" in written.summary
     assert "<h3>judge</h3>" in written.html.read_text()
     manifest = json.loads((version / "manifest.json").read_text())
     for name, entry in manifest["files"].items():

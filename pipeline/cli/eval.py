@@ -12,13 +12,26 @@ from rich.progress import Progress
 from pipeline.cli.common import DatasetArg, OutputsOpt, console, err_console, fail, parse_budget
 from pipeline.errors import UserError
 
+MODES = ("mcq", "no-context", "oracle", "recent", "rag")
+
 
 def eval_command(
     dataset: DatasetArg,
     llm: Annotated[str | None, typer.Option("--llm", help="openai:<model> | local[:path.gguf] | fake[?answer=a]")] = None,
     budget: Annotated[str | None, typer.Option(help="only contexts of this budget, e.g. 32k (default: all)")] = None,
     limit: Annotated[int | None, typer.Option(help="at most N placements, spread over the budgets")] = None,
-    mode: Annotated[str, typer.Option(help="mcq (with history) or no-context (the leakage baseline)")] = "mcq",
+    mode: Annotated[list[str] | None, typer.Option(
+        help="history sent before the question: mcq (all of it), no-context, oracle (the evidence sessions), "
+             "recent (the last --recent-tokens), rag (--k retrieved for the question); repeat with --suite")] = None,
+    suite: Annotated[bool, typer.Option("--suite", help="model-free references and every mode (or the --mode "
+                                                        "given) in one table, with the memory gap")] = False,
+    answer: Annotated[str, typer.Option(help="choice (lettered options) or open (no options; --judge grades)")] = "choice",
+    judge: Annotated[str | None, typer.Option(help="the model that grades open answers, e.g. openai:gpt-4o")] = None,
+    judge_sample: Annotated[int, typer.Option(help="queries whose options the judge grades for agreement")] = 40,
+    retriever: Annotated[str, typer.Option(help="rag retriever")] = "bm25",
+    granularity: Annotated[str, typer.Option(help="rag units: session or turn (a user turn and its reply)")] = "session",
+    k: Annotated[int, typer.Option("--k", help="rag: units retrieved")] = 5,
+    recent_tokens: Annotated[int, typer.Option(help="recent: tokens of the latest turns kept")] = 4000,
     window: Annotated[int | None, typer.Option(help="model context window in tokens (default per backend)")] = None,
     name: Annotated[str | None, typer.Option(help="run folder under <version>/evals/ (default: mode-model)")] = None,
     max_tokens: Annotated[int, typer.Option(help="answer token budget")] = 512,
@@ -27,41 +40,118 @@ def eval_command(
     cache: Annotated[Path | None, typer.Option(help="LLM response cache [default: OUTPUTS/.cache/llm.sqlite]")] = None,
     outputs: OutputsOpt = Path("outputs"),
 ) -> None:
-    """Ask a model every placed query (PersonaMem's multiple-choice protocol); write <version>/evals/<name>/."""
-    from pipeline.dataset import resolve
-    from pipeline.evaluation.evaluate import EvalSettings, run_eval
+    """Ask a model every placed query (PersonaMem's multiple-choice protocol, or open answers and a judge) in
+    one context mode or a whole suite; write <version>/evals/<name>/."""
+    from pipeline.dataset import check_output_name, eval_folder, resolve
+    from pipeline.evaluation.evaluate import EvalSettings, run_name
 
+    modes = list(mode or ([] if suite else ["mcq"]))
     try:
-        if mode not in ("mcq", "no-context"):
-            raise UserError(f"--mode {mode!r}: use mcq or no-context")
-        settings = EvalSettings(mode=mode, budget=parse_budget(budget) if budget else None, limit=limit, window=window)
+        _check_options(modes=modes, suite=suite, answer=answer, judge=judge, retriever=retriever,
+                       granularity=granularity, numbers={"--limit": limit, "--window": window, "--k": k,
+                       "--recent-tokens": recent_tokens, "--judge-sample": judge_sample, "--max-tokens": max_tokens,
+                       "--concurrency": concurrency}, temperature=temperature)
+        settings = EvalSettings(mode=modes[0] if modes else "mcq", answer=answer, retriever=retriever,
+                                granularity=granularity, k=k, recent_tokens=recent_tokens, limit=limit,
+                                window=window, judge_sample=judge_sample, budget=_budget(budget))
+        if name is not None:
+            check_output_name(name)
+        cache = cache or outputs / ".cache" / "llm.sqlite"
         gateway = _gateway(llm, window=window, max_tokens=max_tokens, temperature=temperature,
-                           concurrency=concurrency, cache=cache or outputs / ".cache" / "llm.sqlite")
+                           concurrency=concurrency, cache=cache)
+        grader = _gateway(judge, window=None, max_tokens=256, temperature=0.0, concurrency=concurrency,
+                          cache=cache, share=gateway) if answer == "open" else None
         version = resolve(dataset, outputs)
-        with Progress(console=err_console, transient=True) as bar:
-            task = bar.add_task("evaluating", total=None)
-            run = run_eval(version, llm=gateway, settings=settings, name=name,
-                           progress=lambda done, total: bar.update(task, completed=done, total=total))
+        name = name or run_name(gateway.name, settings, prefix="suite" if suite else None)
+        eval_folder(version, name, outputs=outputs)  # writable, before any call
+        for g in (gateway, grader):
+            if g is not None:
+                g.preflight()
+        run = _run(version, gateway, grader, settings, modes, suite=suite, name=name, outputs=outputs)
     except UserError as exc:
         raise fail(exc) from None
     console.print(Markdown(run.markdown))
-    console.print(f"results: {run.path}")
+    console.print(f"results: {run.path}" + ("" if run.path.parent.name == "evals" else
+                                           "  (the version is read-only: written under --outputs)"))
+    failed = run.summary.n_failed
+    if failed:
+        raise fail(f"{failed} model or judge calls failed and are not scored; rerun the same command to retry "
+                   "them (every finished call is cached)", code=1)
+
+
+def _check_options(*, modes: list[str], suite: bool, answer: str, judge: str | None, retriever: str,
+                   granularity: str, numbers: dict[str, int | None], temperature: float) -> None:
+    """One-line errors for option values no run can use, before anything is read or asked."""
+    for mode in modes:
+        if mode not in MODES:
+            raise UserError(f"--mode {mode!r}: use {', '.join(MODES)}")
+    if len(modes) > 1 and not suite:
+        raise UserError("--mode given more than once: pass --suite to run several modes in one table")
+    if len(set(modes)) != len(modes):
+        raise UserError(f"--mode: {', '.join(modes)} repeats a mode")
+    choices = {"--answer": (answer, ("choice", "open")), "--retriever": (retriever, ("bm25",)),
+               "--granularity": (granularity, ("session", "turn"))}
+    for option, (value, allowed) in choices.items():
+        if value not in allowed:
+            raise UserError(f"{option} {value!r}: use {' or '.join(allowed)}")
+    if answer == "open" and not judge:
+        raise UserError("--answer open needs --judge <llm>: the model that grades the answers")
+    for option, value in numbers.items():
+        if value is not None and value < 1:
+            raise UserError(f"{option} {value}: must be at least 1")
+    if not 0 <= temperature <= 2:
+        raise UserError(f"--temperature {temperature:g}: must be between 0 and 2")
+
+
+def _budget(text: str | None) -> int | None:
+    """The --budget in tokens, or None; zero is refused in one line."""
+    if text is None:
+        return None
+    tokens = parse_budget(text)
+    if tokens < 1:
+        raise UserError(f"--budget {text!r}: must be at least 1 token")
+    return tokens
+
+
+def _run(version: Path, gateway, grader, settings, modes: list[str], *, suite: bool, name: str, outputs: Path):
+    """Run the eval or the suite with a progress bar; Ctrl-C stops the calls and says how to resume."""
+    from pipeline.evaluation.evaluate import run_eval
+    from pipeline.evaluation.suite import SUITE_MODES, run_suite
+    from pipeline.llm.errors import Interrupted
+
+    gateway.runtime.resume()  # a process that saw an earlier run interrupted
+    try:
+        with Progress(console=err_console, transient=True) as bar:
+            task = bar.add_task("evaluating", total=None)
+            progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
+            if suite:
+                return run_suite(version, llm=gateway, settings=settings, modes=modes or SUITE_MODES, judge=grader,
+                                 name=name, outputs=outputs, progress=progress)
+            return run_eval(version, llm=gateway, settings=settings, name=name, judge=grader, outputs=outputs,
+                            progress=progress)
+    except (KeyboardInterrupt, Interrupted):
+        gateway.runtime.stop("eval interrupted")
+        raise fail("interrupted; every finished call is cached: rerun the same command to continue", code=130) from None
 
 
 def _gateway(llm: str | None, *, window: int | None, max_tokens: int, temperature: float, concurrency: int,
-             cache: Path):
-    """The gateway for an eval; the embedded model's n_ctx follows --window so the window is real."""
+             cache: Path, share=None):
+    """The gateway for an eval (not yet preflighted); the embedded model's n_ctx follows --window so the window
+    is real. A judge (``share``: the model's gateway) uses the model's cache, and its backend when it names
+    the same one (one embedded model loaded, not two)."""
     from pipeline.llm import LLM
     from pipeline.llm.factory import resolve_backend_string
     from schemas.llm import LLMSettings
 
     values = {"llm": llm, "max_tokens": max_tokens, "temperature": temperature, "max_concurrency": concurrency,
               "cache_path": cache}
-    if window and resolve_backend_string(LLMSettings(llm=llm)).startswith("local"):
+    backend = resolve_backend_string(LLMSettings(llm=llm))
+    if window and backend.startswith("local"):
         values["n_ctx"] = max(window, 256)
-    gateway = LLM(LLMSettings(**values))
-    gateway.preflight()
-    return gateway
+    if share is None:
+        return LLM(LLMSettings(**values))
+    same = backend == resolve_backend_string(share.settings)
+    return LLM(LLMSettings(**values), cache=share.cache, backend=share.backend if same else None)
 
 
 def report_command(dataset: DatasetArg, outputs: OutputsOpt = Path("outputs")) -> None:

@@ -7,6 +7,8 @@ The public names are re-exported here (``from pipeline.dataset import load``); t
 """
 
 from pipeline.dataset.files import (
+    check_output_name,
+    eval_folder,
     export_folder,
     write_csv,
     write_eval,
@@ -42,7 +44,7 @@ from pipeline.dataset.versioning import prune, versions
 
 __all__ = [
     "LATEST", "VERSION", "DamagedDataset", "Dataset", "DatasetNotFound", "ExportError", "PublishError",
-    "check_writable", "code_version", "export_folder", "load", "make_staging", "materialize_context", "prune",
+    "check_output_name", "check_writable", "eval_folder", "code_version", "export_folder", "load", "make_staging", "materialize_context", "prune",
     "publish", "publish_staged", "read_manifest", "read_staged", "read_table", "replace_dir", "resolve",
     "stage_tables", "validate_staged", "validate_written", "verify", "versions", "write_csv", "write_eval",
     "write_json_list", "write_jsonl", "write_report", "write_table", "write_tables",

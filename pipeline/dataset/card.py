@@ -62,6 +62,7 @@ def render_card(manifest: Manifest, tables: dict[str, list[BaseModel]]) -> str:
         _baselines(queries, manifest.stats.get("probe")),
         _forms(queries),
         _filtering(manifest.stats.get("probe"), manifest.stats.get("stance_checks")),
+        _evaluating(manifest),
         _loading(manifest),
         _limitations(),
     ]
@@ -178,6 +179,20 @@ def _filtering(probe: dict | None, stance: dict | None) -> str:
         parts.append("\nStance check of the user turns that voice a preference version (no model needed):\n\n"
                      + _table(["count", "value"], rows))
     return "\n".join(parts) if len(parts) > 1 else ""
+
+
+def _evaluating(manifest: Manifest) -> str:
+    """Where evaluations of this version go: they come after publishing, and this card is checksummed."""
+    return (
+        "## Evaluating\n\n"
+        f"`personagen eval {manifest.dataset} --suite --llm MODEL` asks a model every placed query with the whole "
+        "history (`mcq`), none (`no-context`), only the evidence sessions (`oracle`), the latest turns (`recent`) "
+        "and BM25-retrieved sessions or turns (`rag`), beside model-free references (chance, longest option, "
+        "word overlap, and a retrieval reader with no model), and reports the memory gap per type. Results go to "
+        "`evals/<name>/` beside these tables (`summary.md`, `summary.json`, `results.parquet`), and "
+        "`personagen report` shows every eval in `report/report.html`. This card is written once, when the "
+        "version is published (manifest.json holds its checksum), so it never lists evaluations made later.\n"
+    )
 
 
 def _loading(manifest: Manifest) -> str:

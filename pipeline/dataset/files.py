@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from pipeline.dataset.store import ExportError, _os_reason, make_staging, replace_dir
+from pipeline.dataset.store import ExportError, _os_reason, make_staging, replace_dir, writable_problem
 from pipeline.errors import UserError
 
 
@@ -89,17 +89,47 @@ def write_json_list(path: Path, records: Iterable[Any]) -> int:
 
 
 _OUTPUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+EVAL_FALLBACK = "eval-results"
 
 
-def write_eval(version: Path, name: str, table: pa.Table, markdown: str, summary: BaseModel) -> Path:
-    """Write one eval run as a unit into ``<version>/evals/<name>/``: results.parquet, summary.md, summary.json."""
+def check_output_name(name: str) -> str:
+    """``name`` when it is a safe folder name (no path parts), else a one-line UserError."""
     if not _OUTPUT_NAME.match(name):
         raise UserError(f"eval run name {name!r}: use letters, digits, '.', '_' or '-' (at most 100)")
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    files = {"results.parquet": sink.getvalue().to_pybytes(), "summary.md": markdown.encode(),
-             "summary.json": (summary.model_dump_json(indent=2) + "\n").encode()}
-    return _write_folder(version / "evals" / name, files)
+    return name
+
+
+def eval_folder(version: Path, name: str, *, outputs: Path | None = None) -> Path:
+    """Where eval run ``name`` goes, checked before any model call: ``<version>/evals/<name>``, or when the
+    version cannot be written (a read-only copy) ``<outputs>/eval-results/<dataset>/<version>/<name>``."""
+    check_output_name(name)
+    primary = version / "evals"
+    problem = writable_problem(primary)
+    if problem is None:
+        return primary / name
+    if outputs is None:
+        raise UserError(f"{primary}: cannot write the eval results ({problem}); nothing was asked")
+    fallback = outputs / EVAL_FALLBACK / version.parent.name / version.name
+    second = writable_problem(fallback)
+    if second is not None:
+        raise UserError(f"{primary}: cannot write the eval results ({problem}), nor under --outputs {fallback} "
+                        f"({second}); nothing was asked")
+    return fallback / name
+
+
+def write_eval(folder: Path, tables: dict[str, pa.Table], markdown: str, summary: BaseModel) -> Path:
+    """Write one eval run as a unit into ``folder`` (from :func:`eval_folder`): its Parquet tables,
+    summary.md and summary.json."""
+    files = {}
+    for file_name, table in tables.items():
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, compression="zstd")
+        files[file_name] = sink.getvalue().to_pybytes()
+    files |= {"summary.md": markdown.encode(), "summary.json": (summary.model_dump_json(indent=2) + "\n").encode()}
+    try:
+        return _write_folder(folder, files)
+    except OSError as exc:
+        raise UserError(f"{folder}: cannot write the eval results ({_os_reason(exc)})") from None
 
 
 def write_report(version: Path, files: dict[str, bytes]) -> Path:

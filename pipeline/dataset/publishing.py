@@ -4,10 +4,8 @@ its manifest and card, rename it into place and move ``latest`` (under the datas
 from __future__ import annotations
 
 import os
-import secrets
 import shutil
 import subprocess
-from contextlib import suppress
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,7 +14,15 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from pipeline.dataset.card import render_card
-from pipeline.dataset.store import LATEST, PublishError, _file_entry, _os_reason, make_staging, write_table
+from pipeline.dataset.store import (
+    LATEST,
+    PublishError,
+    _file_entry,
+    _os_reason,
+    make_staging,
+    writable_problem,
+    write_table,
+)
 from pipeline.dataset.validate import validate_tables
 from pipeline.dataset.versioning import _locked, _next_version, _pin, _point_latest, prune
 from pipeline.errors import first_validation_error
@@ -137,18 +143,9 @@ def check_writable(root: Path, dataset: str) -> None:
     Folders made for the probe are removed again, so a run that fails later leaves no empty dataset folder.
     """
     folder = root / dataset
-    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        raise PublishError(f"{folder}: outputs folder is not writable ({_os_reason(exc)})") from None
-    finally:
-        for path in made:
-            with suppress(OSError):
-                path.rmdir()
+    problem = writable_problem(folder)
+    if problem is not None:
+        raise PublishError(f"{folder}: outputs folder is not writable ({problem})")
     _check_latest(folder)
 
 

@@ -8,6 +8,7 @@ import os
 import re
 import secrets
 import shutil
+from contextlib import suppress
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,6 +61,24 @@ def make_staging(parent: Path, label: str) -> Path:
     staging = parent / f".staging-{label}-{os.getpid()}-{secrets.token_hex(4)}"
     staging.mkdir()
     return staging
+
+
+def writable_problem(folder: Path) -> str | None:
+    """None when a file can be created in ``folder``, else why not (one line). Folders made for the probe
+    are removed again, so a check before a run that fails later leaves no empty folder behind."""
+    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return _os_reason(exc)
+    finally:
+        for path in made:
+            with suppress(OSError):
+                path.rmdir()
+    return None
 
 
 def replace_dir(staging: Path, target: Path) -> None:

@@ -1,30 +1,48 @@
-"""`personagen eval`: PersonaMem's discriminative protocol over a published dataset version.
+"""`personagen eval`: PersonaMem's discriminative protocol over a published dataset version, with context
+modes that measure memory (pipeline.evaluation.history) and open answers graded by a judge.
 
-Each placement becomes one call: the history up to the placement's end_index (none in `no-context`
-mode, the leakage baseline), then a user message with the question, the options "(a) ... (d)" and
-an instruction to answer after `<final_answer>`. Replies are free text through the gateway
-(`LLM.achat`: cached, throttled, retried, so a rerun resumes) and parsed by pipeline.evaluation.answer_parse.
-A prompt that does not fit the window is skipped and counted, never truncated.
+Each placement becomes one call per mode: the history the mode keeps (all of it before the placement's
+end_index in `mcq`, none in `no-context`, the evidence sessions in `oracle`, the last tokens in `recent`,
+what BM25 retrieves for the question in `rag`), then a user message. With `--answer choice` it holds the
+question, the options "(a) ... (d)" and an instruction to answer after `<final_answer>`, and the reply is
+parsed by pipeline.evaluation.answer_parse; with `--answer open` it is the question alone, and a judge
+model grades the reply against the key (pipeline.evaluation.judge). Replies come through the gateway
+(`LLM.achat`: cached, throttled, retried, so a rerun resumes). A prompt that does not fit the window is
+skipped and counted, never truncated. A call that fails (transport, or a judge with no valid verdict) is
+reported apart, never scored; a rerun asks it again.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
-from pipeline.dataset import Dataset, load, write_eval
+from pipeline.dataset import Dataset, eval_folder, load, write_eval
 from pipeline.dataset.budget import message_tokens
 from pipeline.errors import UserError
 from pipeline.evaluation.answer_parse import letters, parse_answer
+from pipeline.evaluation.history import (
+    ContextView,
+    Granularity,
+    HistorySettings,
+    Mode,
+    context_view,
+    history_indices,
+    history_messages,
+    history_tokens,
+)
+from pipeline.evaluation.judge import ajudge, ajudge_agreement
 from pipeline.evaluation.summary import (
     EvalRow,
     EvalSummary,
+    JudgeAgreement,
     accuracy,
     artifact_key,
     baselines,
@@ -37,7 +55,7 @@ from pipeline.llm import LLM, CallFailed
 from schemas.context import ChatMessage, Placement
 from schemas.query import Query
 
-Mode = Literal["mcq", "no-context"]
+Answer = Literal["choice", "open"]
 INSTRUCTION = ("Find the most appropriate response to my question above and give your final answer "
                "{choices} after the special token <final_answer>.")
 OPENAI_WINDOW = 128_000
@@ -51,17 +69,35 @@ class EvalSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     mode: Mode = "mcq"
+    answer: Answer = Field(default="choice", description="choice: lettered options; open: a judge grades free text")
+    retriever: Literal["bm25"] = "bm25"
+    granularity: Granularity = Field(default="session", description="rag retrieves whole sessions or exchanges")
+    k: int = Field(default=5, ge=1, description="rag: units retrieved; the retrieval reader: top turns it reads")
+    recent_tokens: int = Field(default=4000, ge=1, description="recent: the last this many tokens of turns")
     budget: int | None = Field(default=None, gt=0, description="only contexts of this token budget")
     limit: int | None = Field(default=None, ge=1, description="at most this many placements")
     window: int | None = Field(default=None, ge=1, description="the model's context window in tokens")
+    judge_sample: int = Field(default=40, ge=1, description="queries whose options the judge grades for agreement")
     n_boot: int = Field(default=1000, ge=10)
     seed: int = 0
 
+    def history(self) -> HistorySettings:
+        """The history settings of the non-mcq modes."""
+        return HistorySettings(granularity=self.granularity, k=self.k, recent_tokens=self.recent_tokens)
+
+    def history_label(self, mode: Mode) -> dict[str, int | str]:
+        """The settings that shape ``mode``'s history, as the summary names them."""
+        if mode == "rag":
+            return {"retriever": self.retriever, "granularity": self.granularity, "k": self.k}
+        return {"recent_tokens": self.recent_tokens} if mode == "recent" else {}
+
 
 class AnswerKey(BaseModel):
-    """The call context of an eval call: only the fake backend's `answer=correct` script reads it."""
+    """The call context of an eval call: only the fake backend's scripts read it (never the cache key)."""
 
     correct_letter: str
+    options: list[str] = Field(default_factory=list)
+    open: bool = False
 
 
 class EvalItem(BaseModel):
@@ -110,8 +146,11 @@ def _spread(items: list[EvalItem], limit: int) -> list[EvalItem]:
     return [items[int(i * step)] for i in range(limit)]
 
 
-def question_message(query: Query) -> ChatMessage:
-    """The user turn that asks the query: question, lettered options, answer instruction."""
+def question_message(query: Query, answer: Answer = "choice") -> ChatMessage:
+    """The user turn that asks the query: the question alone (open), or with lettered options and the
+    answer instruction (choice)."""
+    if answer == "open":
+        return ChatMessage(role="user", content=query.question)
     marks = letters(len(query.options))
     options = "\n".join(f"({m}) {o.text}" for m, o in zip(marks, query.options, strict=True))
     choices = ", ".join(f"({m})" for m in marks[:-1]) + f" or ({marks[-1]})"
@@ -127,85 +166,126 @@ def base_row(item: EvalItem, status: str = "skipped", **fields) -> EvalRow:
                    correct_position=q.correct_index, status=status, **fields)
 
 
-def prompt_tokens(item: EvalItem, mode: Mode) -> int:
-    """Tokens of the prompt under the dataset's token rule (history up to the placement + the question)."""
-    history = item.placement.context_tokens if mode == "mcq" else 0
-    return history + message_tokens(question_message(item.query).content)
+@dataclass
+class Call:
+    """A prepared call: the item, its mode and the messages it sends."""
+
+    item: EvalItem
+    mode: Mode
+    messages: list[dict]
+    tokens: int
+    n_history: int
 
 
-def evaluate(ds: Dataset, *, llm: LLM, settings: EvalSettings,
-             progress: Callable[[int, int], None] | None = None) -> list[EvalRow]:
-    """Ask every selected placement (skipping those that do not fit the window); one row each."""
+class Views:
+    """Context views built on first use, the latest few kept: items come sorted by context, so a long run
+    holds one or two materialized histories at a time, never the whole dataset's."""
+
+    KEEP = 2
+
+    def __init__(self, ds: Dataset) -> None:
+        self.ds = ds
+        self.views: dict[str, ContextView] = {}
+
+    def get(self, context_id: str) -> ContextView:
+        """The view of ``context_id``."""
+        if context_id not in self.views:
+            if len(self.views) >= self.KEEP:
+                del self.views[next(iter(self.views))]
+            self.views[context_id] = context_view(self.ds, context_id)
+        return self.views[context_id]
+
+
+def evaluate(ds: Dataset, *, llm: LLM, settings: EvalSettings, modes: Sequence[Mode] | None = None,
+             judge: LLM | None = None, progress: Callable[[int, int], None] | None = None) -> list[EvalRow]:
+    """Ask every selected placement in every mode (skipping those that do not fit the window); one row each,
+    ordered by item, then mode."""
+    if settings.answer == "open" and judge is None:
+        raise UserError("--answer open needs --judge <llm>: the model that grades the answers")
     items = select_items(ds, settings)
+    modes = list(modes or [settings.mode])
     window = settings.window or default_window(llm)
     rows: list[EvalRow] = []
+    views = Views(ds)
     for start in range(0, len(items), BATCH):
-        batch = items[start:start + BATCH]
-        jobs = _prepare(ds, batch, settings.mode, window, llm.settings.max_tokens)
-        rows.extend(llm.runtime.run(_ask_all(llm, jobs)))
+        jobs = [prepare(views, item, mode, settings, window, llm.settings.max_tokens)
+                for item in items[start:start + BATCH] for mode in modes]
+        rows.extend(llm.runtime.run(_ask_all(llm, judge, jobs, settings.answer)))
         if progress:
-            progress(len(rows), len(items))
+            progress(len(rows), len(items) * len(modes))
     return rows
 
 
-Job = EvalRow | tuple[EvalItem, list[dict], int]
+def prepare(views: Views, item: EvalItem, mode: Mode, settings: EvalSettings, window: int,
+            max_tokens: int) -> Call | EvalRow:
+    """The call of (item, mode), or a skipped row when its prompt plus the answer budget exceeds the window."""
+    question = question_message(item.query, settings.answer)
+    indices: list[int] = []
+    view = None
+    if mode != "no-context":
+        view = views.get(item.placement.context_id)
+        indices = history_indices(view, item.placement, item.query, mode, settings.history())
+    tokens = (history_tokens(view, indices) if view else 0) + message_tokens(question.content)
+    if tokens + max_tokens > window:
+        reason = f"prompt {tokens:,} + answer {max_tokens:,} tokens > window {window:,}"
+        return base_row(item, mode=mode, answer=settings.answer, prompt_tokens=tokens, skipped_reason=reason,
+                        history_messages=len(indices))
+    history = history_messages(view, indices) if view else []
+    return Call(item=item, mode=mode, messages=[m.model_dump() for m in (*history, question)], tokens=tokens,
+                n_history=len(indices))
 
 
-def _prepare(ds: Dataset, batch: list[EvalItem], mode: Mode, window: int, max_tokens: int) -> list[Job]:
-    """Per item: a skipped row when the prompt plus the answer budget exceeds the window, else its messages."""
-    histories: dict[str, list[ChatMessage]] = {}
-    jobs: list[Job] = []
-    for item in batch:
-        tokens = prompt_tokens(item, mode)
-        if tokens + max_tokens > window:
-            reason = f"prompt {tokens:,} + answer {max_tokens:,} tokens > window {window:,}"
-            jobs.append(base_row(item, prompt_tokens=tokens, skipped_reason=reason))
-        else:
-            jobs.append((item, _messages(ds, histories, item, mode), tokens))
-    return jobs
-
-
-async def _ask_all(llm: LLM, jobs: list[Job]) -> list[EvalRow]:
-    return list(await asyncio.gather(*(_ask(llm, *job) if isinstance(job, tuple) else _done(job) for job in jobs)))
+async def _ask_all(llm: LLM, judge: LLM | None, jobs: list[Call | EvalRow], answer: Answer) -> list[EvalRow]:
+    return list(await asyncio.gather(*(_ask(llm, judge, job, answer) if isinstance(job, Call) else _done(job)
+                                       for job in jobs)))
 
 
 async def _done(row: EvalRow) -> EvalRow:
     return row
 
 
-def _messages(ds: Dataset, histories: dict[str, list[ChatMessage]], item: EvalItem, mode: Mode) -> list[dict]:
-    """The history up to the placement (materialized once per context per batch) plus the question."""
-    history: list[ChatMessage] = []
-    if mode == "mcq":
-        cid = item.placement.context_id
-        if cid not in histories:
-            histories[cid] = ds.materialize_context(cid)
-        history = histories[cid][:item.placement.end_index]
-    return [m.model_dump() for m in (*history, question_message(item.query))]
-
-
-async def _ask(llm: LLM, item: EvalItem, messages: list[dict], tokens: int) -> EvalRow:
-    """One gateway call and its parsed, scored row; a call that fails after retries is scored wrong."""
-    key = AnswerKey(correct_letter=letters(26)[item.query.correct_index])
+async def _ask(llm: LLM, judge: LLM | None, call: Call, answer: Answer) -> EvalRow:
+    """One gateway call (and, for open answers, its judge call) and the scored row; a failed call is
+    recorded as failed, never scored."""
+    query = call.item.query
+    key = AnswerKey(correct_letter=letters(26)[query.correct_index], options=[o.text for o in query.options],
+                    open=answer == "open")
+    common = {"mode": call.mode, "answer": answer, "prompt_tokens": call.tokens, "history_messages": call.n_history}
     try:
-        reply = await llm.achat(messages, stage="evaluate", context=key)
+        reply = await llm.achat(call.messages, stage="evaluate", context=key)
     except CallFailed as exc:
-        return base_row(item, "failed", prompt_tokens=tokens, skipped_reason=f"call failed: {exc}")
-    parsed = parse_answer(reply.text, [o.text for o in item.query.options])
-    return base_row(item, "answered" if parsed.letter else "unparsed", prompt_tokens=tokens, prediction=reply.text,
-                    parsed_letter=parsed.letter, parse_rule=parsed.rule, correct=parsed.letter == key.correct_letter,
-                    input_tokens=reply.input_tokens, output_tokens=reply.output_tokens, latency_s=reply.latency_s,
-                    cached=reply.cached)
+        return base_row(call.item, "failed", skipped_reason=f"call failed: {exc}", **common)
+    usage = {"prediction": reply.text, "input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens,
+             "latency_s": reply.latency_s, "cached": reply.cached}
+    if answer == "open":
+        try:
+            verdict = await ajudge(judge, query, reply.text)
+        except CallFailed as exc:
+            return base_row(call.item, "failed", skipped_reason=f"judge call failed: {exc}", **common, **usage)
+        return base_row(call.item, "answered", verdict=verdict, correct=verdict == "correct", **common, **usage)
+    parsed = parse_answer(reply.text, [o.text for o in query.options])
+    return base_row(call.item, "answered" if parsed.letter else "unparsed", parsed_letter=parsed.letter,
+                    parse_rule=parsed.rule, correct=parsed.letter == key.correct_letter, **common, **usage)
 
 
-def summarize(ds: Dataset, rows: list[EvalRow], *, run: str, llm: str, settings: EvalSettings,
-              window: int) -> EvalSummary:
-    """Accuracy overall and per slice (skipped rows excluded; unparsed and failed count wrong), and baselines."""
-    scored = [r for r in rows if r.status != "skipped"]
+def agreement(judge: LLM, settings: EvalSettings, items: list[EvalItem]) -> JudgeAgreement:
+    """The judge's agreement with the key on a seeded sample of the selected queries."""
+    queries = [i.query for i in items]
+    return judge.runtime.run(ajudge_agreement(judge, queries, n=settings.judge_sample, seed=settings.seed))
+
+
+def summarize(ds: Dataset, rows: list[EvalRow], *, run: str, llm: str, settings: EvalSettings, window: int,
+              mode: Mode | None = None, judge: str | None = None,
+              judge_agreement: JudgeAgreement | None = None) -> EvalSummary:
+    """Accuracy overall and per slice over the scored rows (answered and unparsed; unparsed count wrong),
+    the skipped and failed rows counted apart, and the model-free baselines."""
+    scored = [r for r in rows if r.status in ("answered", "unparsed")]
     queries = {q.query_id: q for q in ds.queries}
     status = [r.status for r in rows]
+    mode = mode or settings.mode
     return EvalSummary(
-        dataset=ds.manifest.dataset, version=ds.manifest.version, run=run, llm=llm, mode=settings.mode,
+        dataset=ds.manifest.dataset, version=ds.manifest.version, run=run, llm=llm, mode=mode,
+        answer=settings.answer, judge=judge, judge_agreement=judge_agreement, history=settings.history_label(mode),
         window=window, n_items=len(rows), n_scored=len(scored), n_skipped=status.count("skipped"),
         n_unparsed=status.count("unparsed"), n_failed=status.count("failed"),
         overall=accuracy("overall", scored, n_boot=settings.n_boot, seed=settings.seed),
@@ -220,8 +300,9 @@ ROW_SCHEMA = pa.schema([
     ("persona_id", pa.string()), ("query_id", pa.string()), ("context_id", pa.string()), ("type", pa.string()),
     ("topic", pa.string()), ("budget_tokens", pa.int64()), ("distance_tokens", pa.int64()),
     ("distance_bucket", pa.string()), ("correct_letter", pa.string()), ("correct_position", pa.int32()),
-    ("status", pa.string()), ("prediction", pa.string()), ("parsed_letter", pa.string()),
-    ("parse_rule", pa.string()), ("correct", pa.bool_()), ("prompt_tokens", pa.int64()),
+    ("status", pa.string()), ("mode", pa.string()), ("answer", pa.string()), ("history_messages", pa.int64()),
+    ("prediction", pa.string()), ("parsed_letter", pa.string()), ("parse_rule", pa.string()),
+    ("verdict", pa.string()), ("correct", pa.bool_()), ("prompt_tokens", pa.int64()),
     ("input_tokens", pa.int64()), ("output_tokens", pa.int64()), ("latency_s", pa.float64()),
     ("cached", pa.bool_()), ("skipped_reason", pa.string()),
 ])
@@ -232,21 +313,28 @@ def rows_table(rows: list[EvalRow]) -> pa.Table:
     return pa.Table.from_pylist([r.model_dump() for r in rows], schema=ROW_SCHEMA)
 
 
-def run_name(llm: str, settings: EvalSettings) -> str:
-    """A default run folder name: mode, model and (when set) budget, e.g. `mcq-openai-gpt-4o-mini-32k`."""
-    parts = [settings.mode, llm] + ([f"{settings.budget // 1000}k"] if settings.budget else [])
+def run_name(llm: str, settings: EvalSettings, prefix: str | None = None) -> str:
+    """A default run folder name: mode (or `prefix`), answers when open, model and (when set) budget,
+    e.g. `mcq-openai-gpt-4o-mini-32k`."""
+    parts = [prefix or settings.mode] + (["open"] if settings.answer == "open" else []) + [llm]
+    parts += [f"{settings.budget // 1000}k"] if settings.budget else []
     return re.sub(r"[^A-Za-z0-9._-]+", "-", "-".join(parts)).strip("-.")[:100]
 
 
 def run_eval(dataset: Path | str, *, llm: LLM, settings: EvalSettings, name: str | None = None,
+             judge: LLM | None = None, outputs: Path | None = None,
              progress: Callable[[int, int], None] | None = None) -> EvalRun:
-    """Evaluate, score and write `<version>/evals/<name>/`; also posts a Prefect artifact inside a flow."""
+    """Evaluate, score and write `<version>/evals/<name>/` (beside it under `outputs` when the version is
+    read-only; checked before any call); also posts a Prefect artifact inside a flow."""
     ds = load(dataset)
     name = name or run_name(llm.name, settings)
-    rows = evaluate(ds, llm=llm, settings=settings, progress=progress)
+    folder = eval_folder(ds.path, name, outputs=outputs)
+    rows = evaluate(ds, llm=llm, settings=settings, judge=judge, progress=progress)
+    agreed = agreement(judge, settings, select_items(ds, settings)) if settings.answer == "open" else None
     summary = summarize(ds, rows, run=name, llm=llm.name, settings=settings,
-                        window=settings.window or default_window(llm))
+                        window=settings.window or default_window(llm), judge=judge.name if judge else None,
+                        judge_agreement=agreed)
     markdown = render_markdown(summary)
-    path = write_eval(ds.path, name, rows_table(rows), markdown, summary)
+    path = write_eval(folder, {"results.parquet": rows_table(rows)}, markdown, summary)
     publish_artifact(artifact_key("eval", ds.manifest.dataset, ds.manifest.version, name), markdown, f"eval {name}")
     return EvalRun(path=path, summary=summary, markdown=markdown)

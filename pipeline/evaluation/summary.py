@@ -7,18 +7,21 @@ import random
 import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
 from pipeline.baselines import chance_accuracy, lexical_overlap_accuracy, longest_option_accuracy
-from schemas.query import Query
+from schemas.query import QUERY_TYPES, Query
 
 Status = Literal["answered", "unparsed", "failed", "skipped"]
 DISTANCE_BUCKETS: tuple[tuple[int, str], ...] = (
     (1_000, "<1k"), (4_000, "1k-4k"), (16_000, "4k-16k"), (64_000, "16k-64k"), (256_000, "64k-256k"),
 )
 GROUPS = ("type", "topic", "budget", "distance")
+REFERENCES = ("chance", "longest_option", "lexical_overlap", "retrieval_reader")
+REFERENCE_LABELS = {"chance": "chance", "longest_option": "longest", "lexical_overlap": "lexical",
+                    "retrieval_reader": "reader"}
 
 
 class EvalRow(BaseModel):
@@ -35,9 +38,13 @@ class EvalRow(BaseModel):
     correct_letter: str
     correct_position: int
     status: Status
+    mode: str = "mcq"
+    answer: str = "choice"
+    history_messages: int = 0
     prediction: str | None = None
     parsed_letter: str | None = None
     parse_rule: str | None = None
+    verdict: str | None = None
     correct: bool = False
     prompt_tokens: int = 0
     input_tokens: int = 0
@@ -57,14 +64,30 @@ class Accuracy(BaseModel):
     ci_high: float
 
 
+class JudgeAgreement(BaseModel):
+    """How often the open-answer judge agrees with the key on answers whose grade is known."""
+
+    n_queries: int
+    n_judged: int
+    n_failed: int
+    agreement: float
+    correct_accepted: float
+    distractor_rejected: float
+
+
 class EvalSummary(BaseModel):
     """Everything the markdown table shows, as data (summary.json; the report reads it)."""
 
+    kind: Literal["run"] = "run"
     dataset: str
     version: str
     run: str
     llm: str
     mode: str
+    answer: str = "choice"
+    judge: str | None = None
+    judge_agreement: JudgeAgreement | None = None
+    history: dict[str, int | str] = Field(default_factory=dict)
     window: int
     n_items: int
     n_scored: int
@@ -95,9 +118,16 @@ def budget_label(tokens: int) -> str:
     return f"{tokens // 1000}k" if tokens % 1000 == 0 else str(tokens)
 
 
-def bootstrap_ci(rows: Sequence[EvalRow], *, n_boot: int, rng: random.Random) -> tuple[float, float]:
+class Scored(Protocol):
+    """What accuracy needs of a row: whose it is and its score (an EvalRow; a reference's expected hit)."""
+
+    persona_id: str
+    correct: float
+
+
+def bootstrap_ci(rows: Sequence[Scored], *, n_boot: int, rng: random.Random) -> tuple[float, float]:
     """The 2.5th and 97.5th percentiles of pooled accuracy over personas drawn with replacement."""
-    per_persona: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    per_persona: dict[str, list[float]] = defaultdict(lambda: [0, 0])
     for row in rows:
         per_persona[row.persona_id][0] += row.correct
         per_persona[row.persona_id][1] += 1
@@ -110,7 +140,7 @@ def bootstrap_ci(rows: Sequence[EvalRow], *, n_boot: int, rng: random.Random) ->
     return stats[int(0.025 * (n_boot - 1))], stats[int(round(0.975 * (n_boot - 1)))]
 
 
-def accuracy(key: str, rows: Sequence[EvalRow], *, n_boot: int, seed: int) -> Accuracy:
+def accuracy(key: str, rows: Sequence[Scored], *, n_boot: int, seed: int) -> Accuracy:
     """Point accuracy and CI of `rows`; the RNG is seeded by (seed, key), so slices are independent of order."""
     if not rows:
         return Accuracy(key=key, n=0, accuracy=0.0, ci_low=0.0, ci_high=0.0)
@@ -160,12 +190,8 @@ def baselines(queries: Sequence[Query]) -> dict[str, float]:
 
 def render_markdown(s: EvalSummary) -> str:
     """The eval's markdown table: overall, per slice, then the baselines."""
-    lines = [f"# Eval `{s.run}` on {s.dataset} {s.version}", "",
-             f"Model `{s.llm}`, mode `{s.mode}`, window {s.window:,} tokens. {s.n_items} queries: "
-             f"{s.n_scored} scored, {s.n_skipped} skipped (longer than the window), {s.n_unparsed} unparseable "
-             f"and {s.n_failed} failed (both scored wrong). Tokens: {s.input_tokens:,} in, {s.output_tokens:,} out.",
-             "", "95% CIs: bootstrap over personas "
-             f"({s.n_boot} resamples, seed {s.seed}).", "",
+    lines = [f"# Eval `{s.run}` on {s.dataset} {s.version}", "", run_line(s), "", "95% CIs: bootstrap over personas "
+             f"({s.n_boot} resamples, seed {s.seed}).", *_agreement_lines(s.judge_agreement), "",
              "| slice | n | accuracy | 95% CI |", "|---|---:|---:|---|", _row("overall", s.overall)]
     for group in GROUPS:
         lines += [_row(a.key.replace("=", ": ", 1), a) for a in s.groups.get(group, [])]
@@ -175,8 +201,117 @@ def render_markdown(s: EvalSummary) -> str:
     return "\n".join(lines) + "\n"
 
 
+def run_line(s: EvalSummary) -> str:
+    """What was asked and what came of it, failed calls apart from the scored ones."""
+    answers = f"open answers graded by `{s.judge}`" if s.answer == "open" else "multiple choice"
+    history = "".join(f", {k} {v}" for k, v in s.history.items())
+    failed = (f" **{s.n_failed} failed calls** are not scored: rerun the same command to retry them."
+              if s.n_failed else "")
+    return (f"Model `{s.llm}`, mode `{s.mode}`{history}, {answers}, window {s.window:,} tokens. {s.n_items} "
+            f"queries: {s.n_scored} scored, {s.n_skipped} skipped (longer than the window), {s.n_unparsed} "
+            f"unparseable (scored wrong), {s.n_failed} failed.{failed} Tokens: {s.input_tokens:,} in, "
+            f"{s.output_tokens:,} out.")
+
+
+def _agreement_lines(a: JudgeAgreement | None) -> list[str]:
+    if a is None:
+        return []
+    return ["", f"Judge agreement with the key: {a.agreement:.1%} over {a.n_judged} graded options of {a.n_queries} "
+                f"queries (correct option accepted {a.correct_accepted:.1%}, distractor rejected "
+                f"{a.distractor_rejected:.1%}; {a.n_failed} judge calls failed)."]
+
+
 def _row(label: str, a: Accuracy) -> str:
     return f"| {label} | {a.n} | {a.accuracy:.1%} | [{a.ci_low:.1%}, {a.ci_high:.1%}] |"
+
+
+class Gap(BaseModel):
+    """A mode's accuracy minus `no-context`'s on the placements both scored, with a paired 95% CI."""
+
+    key: str
+    mode: str
+    n: int
+    gap: float
+    ci_low: float
+    ci_high: float
+
+
+class SuiteSummary(BaseModel):
+    """The suite's table as data (summary.json; the report reads it)."""
+
+    kind: Literal["suite"] = "suite"
+    dataset: str
+    version: str
+    run: str
+    llm: str
+    answer: str
+    judge: str | None = None
+    judge_agreement: JudgeAgreement | None = None
+    modes: list[str]
+    n_items: int
+    runs: dict[str, EvalSummary]
+    references: dict[str, list[Accuracy]] = Field(description="reference -> overall, then per type")
+    gaps: list[Gap] = Field(default_factory=list)
+    k: int
+    n_boot: int
+    seed: int
+
+    @property
+    def n_failed(self) -> int:
+        """Failed calls over every mode."""
+        return sum(s.n_failed for s in self.runs.values())
+
+
+def _cell(a: Accuracy | None) -> str:
+    return "n/a" if a is None or a.n == 0 else f"{100 * a.accuracy:.1f} [{100 * a.ci_low:.1f}, {100 * a.ci_high:.1f}]"
+
+
+def _gap_cell(g: Gap | None) -> str:
+    return "n/a" if g is None or g.n == 0 else f"{100 * g.gap:+.1f} [{100 * g.ci_low:+.1f}, {100 * g.ci_high:+.1f}]"
+
+
+def render_suite(s: SuiteSummary) -> str:
+    """The suite's markdown: one accuracy table (mode x type), the memory gap per type, each mode's counts."""
+    columns = [*REFERENCES, *s.modes]
+    keys = ["overall", *(f"type={t}" for t in QUERY_TYPES)]
+    cells = {name: {a.key: a for a in accs} for name, accs in s.references.items()}
+    cells |= {m: {"overall": run.overall} | {a.key: a for a in run.groups.get("type", [])} for m, run in s.runs.items()}
+    n = {a.key: a.n for a in s.references[REFERENCES[0]]}
+    lines = [f"# Eval suite `{s.run}` on {s.dataset} {s.version}", "",
+             f"Model `{s.llm}`; {s.n_items} placed queries, every column on the same ones. References need no "
+             "model: chance, the longest option, the one sharing most words with the question (lexical), and the "
+             "retrieval reader (BM25 over the user turns before the question, for the question and its options; "
+             "the option sharing the most words with the best-matching turn). Cells: accuracy in % "
+             f"[95% CI, bootstrap over personas, {s.n_boot} resamples, seed {s.seed}]; a mode's cells leave out "
+             "its skipped and failed calls.", "",
+             "| type | n | " + " | ".join(REFERENCE_LABELS.get(c, c) for c in columns) + " |",
+             "|---|---:|" + "---|" * len(columns)]
+    for key in keys:
+        if key in n:
+            lines.append(f"| {key.removeprefix('type=')} | {n[key]} | "
+                         + " | ".join(_cell(cells[c].get(key)) for c in columns) + " |")
+    lines += _gap_lines(s, keys) + ["", "Per mode:", ""] + [f"- `{m}`: {run_line(r)}" for m, r in s.runs.items()]
+    if s.judge_agreement:
+        a = s.judge_agreement
+        lines += ["", f"Judge agreement with the key: {a.agreement:.1%} over {a.n_judged} graded options of "
+                      f"{a.n_queries} queries (correct accepted {a.correct_accepted:.1%}, distractor rejected "
+                      f"{a.distractor_rejected:.1%})."]
+    return "\n".join(lines) + "\n"
+
+
+def _gap_lines(s: SuiteSummary, keys: list[str]) -> list[str]:
+    modes = list(dict.fromkeys(g.mode for g in s.gaps))
+    if not modes:
+        return ["", "No memory gap: the suite has no `no-context` mode to subtract."]
+    gaps = {(g.mode, g.key): g for g in s.gaps}
+    lines = ["", "Memory gap: a mode's accuracy minus `no-context`'s on the same placements, in points "
+                 "[95% CI, paired bootstrap over personas].", "",
+             "| type | " + " | ".join(f"{m} - no-context" for m in modes) + " |", "|---|" + "---:|" * len(modes)]
+    for key in keys:
+        if any((m, key) in gaps for m in modes):
+            lines.append(f"| {key.removeprefix('type=')} | " + " | ".join(_gap_cell(gaps.get((m, key))) for m in modes)
+                         + " |")
+    return lines
 
 
 def artifact_key(*parts: str) -> str:

@@ -5,7 +5,8 @@ text realistic; otherwise a generic builder walks the model's JSON schema.
 
 Free-text calls (`LLM.chat`) get a scripted multiple-choice answer, chosen by `fake?answer=...`:
 `correct` (the letter in the call context's `correct_letter`), a letter such as `a`, `none` (an
-unparseable reply), or by default a seeded random letter; the script is part of the model name.
+unparseable reply), or by default a seeded random letter; the script is part of the model name. An open
+question (`open` in the call context) gets the text of that option instead of its letter.
 """
 
 from __future__ import annotations
@@ -140,8 +141,12 @@ ANSWER_SHAPES = ("<final_answer>({letter})", "I would pick ({letter}).\n<final_a
                  "The answer is option {upper}.", "Answer: {letter}", "**({letter})**")
 
 
+OPEN_SHAPES = ("{text}", "Here is what I would say: {text}", "{text} I hope that helps.")
+
+
 def scripted_answer(script: str | None, context: BaseModel, rng: random.Random) -> str:
-    """A free-text multiple-choice reply in one of several real-world shapes."""
+    """A free-text multiple-choice reply in one of several real-world shapes; for an open question (the call
+    context's `open`), the chosen option's text in a sentence, as a model answering without options would."""
     if script == "none":
         return "I cannot decide between these options."
     letter = script if script and script != "correct" else None
@@ -149,7 +154,11 @@ def scripted_answer(script: str | None, context: BaseModel, rng: random.Random) 
         letter = getattr(context, "correct_letter", None)
         if letter is None:
             raise ConfigError("fake answer=correct needs a call context with correct_letter")
-    letter = letter or rng.choice("abcd")
+    options = list(getattr(context, "options", []) or [])
+    letter = letter or rng.choice("abcdefghijklmnopqrstuvwxyz"[:len(options) or 4])
+    if getattr(context, "open", False) and options:
+        text = options["abcdefghijklmnopqrstuvwxyz".index(letter) % len(options)]
+        return rng.choice(OPEN_SHAPES).format(text=text)
     return rng.choice(ANSWER_SHAPES).format(letter=letter, upper=letter.upper())
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import html
+import json
 from collections import Counter
 from pathlib import Path
 
@@ -14,11 +15,13 @@ from pipeline.dataset import Dataset, load, write_report
 from pipeline.errors import UserError
 from pipeline.evaluation.summary import (
     EvalSummary,
+    SuiteSummary,
     artifact_key,
     baselines,
     budget_label,
     publish_artifact,
     render_markdown,
+    render_suite,
 )
 from pipeline.reporting import plots as plots
 
@@ -41,15 +44,33 @@ class ReportWritten(BaseModel):
     summary: str
 
 
-def read_evals(version: Path) -> list[EvalSummary]:
-    """The summaries of the eval runs stored next to a version (none when it has not been evaluated)."""
-    out = []
+Evals = list[EvalSummary | SuiteSummary]
+
+
+def read_evals(version: Path) -> Evals:
+    """The summaries of the eval runs and suites stored next to a version (none when it has not been evaluated)."""
+    out: Evals = []
     for path in sorted((version / "evals").glob("[!.]*/summary.json")):
         try:
-            out.append(EvalSummary.model_validate_json(path.read_text(encoding="utf-8")))
+            data = json.loads(path.read_text(encoding="utf-8"))
+            kind = SuiteSummary if isinstance(data, dict) and data.get("kind") == "suite" else EvalSummary
+            out.append(kind.model_validate(data))
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}: not an eval summary ({exc.msg} at line {exc.lineno})") from None
         except ValidationError as exc:
             raise UserError(f"{path}: not an eval summary ({exc.errors()[0]['msg']})") from None
     return out
+
+
+def runs_of(evals: Evals) -> list[EvalSummary]:
+    """Every single-mode run: the eval runs, and each mode of each suite (named `suite/mode`)."""
+    return [r for s in evals for r in (s.runs.values() if isinstance(s, SuiteSummary) else [s])]
+
+
+def reader_baselines(evals: Evals) -> dict[str, float]:
+    """The model-free retrieval reader's overall accuracy in each suite (it depends on the placements asked)."""
+    return {f"retrieval reader ({s.run}, n={s.n_items})": s.references["retrieval_reader"][0].accuracy
+            for s in evals if isinstance(s, SuiteSummary)}
 
 
 def focus_persona(ds: Dataset) -> str:
@@ -62,7 +83,7 @@ def focus_persona(ds: Dataset) -> str:
     return min((p.persona_id for p in ds.personas), key=lambda pid: (-edges[pid], -events[pid], pid))
 
 
-def make_plots(ds: Dataset, evals: list[EvalSummary]) -> list[Plot]:
+def make_plots(ds: Dataset, evals: Evals) -> list[Plot]:
     """Every plot of the report, in display order."""
     budgets = {c.context_id: c.budget_tokens for c in ds.contexts}
     per_budget = Counter(budgets[p.context_id] for p in ds.placements)
@@ -89,7 +110,7 @@ def make_plots(ds: Dataset, evals: list[EvalSummary]) -> list[Plot]:
     ]
     if evals:
         out.append(Plot(name="eval_results.png", title="Eval results",
-                        png=plots.eval_results(evals, baselines(ds.queries))))
+                        png=plots.eval_results(runs_of(evals), baselines(ds.queries) | reader_baselines(evals))))
     return out + [_timeline_plot(ds)]
 
 
@@ -108,31 +129,37 @@ def _timeline_plot(ds: Dataset) -> Plot:
     return Plot(name="persona_timeline.png", title=title, png=plots.timeline_graph(title, events, edges, prefs))
 
 
-def summary_markdown(ds: Dataset, evals: list[EvalSummary]) -> str:
+def summary_markdown(ds: Dataset, evals: Evals) -> str:
     """Counts, model-free baselines and eval results as markdown (the Prefect artifact)."""
     m = ds.manifest
     lines = [f"# Report: {m.dataset} {m.version}", "", "| table | rows |", "|---|---:|"]
     lines += [f"| {name} | {count:,} |" for name, count in m.counts.items()]
     lines += ["", "| baseline (no model) | accuracy |", "|---|---:|"]
-    lines += [f"| {name} | {value:.1%} |" for name, value in baselines(ds.queries).items()]
+    lines += [f"| {name} | {value:.1%} |" for name, value in (baselines(ds.queries) | reader_baselines(evals)).items()]
     if evals:
-        lines += ["", "| eval run | model | mode | n | accuracy | 95% CI | skipped |", "|---|---|---|---:|---:|---|---:|"]
-        lines += [f"| {s.run} | {s.llm} | {s.mode} | {s.overall.n} | {s.overall.accuracy:.1%} | "
-                  f"[{s.overall.ci_low:.1%}, {s.overall.ci_high:.1%}] | {s.n_skipped} |" for s in evals]
+        lines += ["", "| eval run | model | mode | answers | n | accuracy | 95% CI | skipped | failed |",
+                  "|---|---|---|---|---:|---:|---|---:|---:|"]
+        lines += [f"| {s.run} | {s.llm} | {s.mode} | {s.answer} | {s.overall.n} | {s.overall.accuracy:.1%} | "
+                  f"[{s.overall.ci_low:.1%}, {s.overall.ci_high:.1%}] | {s.n_skipped} | {s.n_failed} |"
+                  for s in runs_of(evals)]
     return "\n".join(lines) + "\n"
 
 
-def render_html(title: str, summary: str, plots_: list[Plot], evals: list[EvalSummary]) -> str:
+def render_html(title: str, summary: str, plots_: list[Plot], evals: Evals) -> str:
     """A self-contained HTML page: the summary, each plot inline as a data URI, each eval's table."""
     figures = "\n".join(
         f'<figure><img alt="{html.escape(p.title)}" src="data:image/png;base64,'
         f'{base64.b64encode(p.png).decode()}"><figcaption>{html.escape(p.title)} ({p.name})</figcaption></figure>'
         for p in plots_)
-    runs = "\n".join(f"<h3>{html.escape(s.run)}</h3><pre>{html.escape(render_markdown(s))}</pre>" for s in evals)
+    runs = "\n".join(f"<h3>{html.escape(s.run)}</h3><pre>{html.escape(_markdown(s))}</pre>" for s in evals)
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1><h2>Summary</h2>"
             f"<pre>{html.escape(summary)}</pre><h2>Plots</h2>{figures}"
             f"{'<h2>Eval runs</h2>' + runs if evals else ''}</body></html>\n")
+
+
+def _markdown(summary: EvalSummary | SuiteSummary) -> str:
+    return render_suite(summary) if isinstance(summary, SuiteSummary) else render_markdown(summary)
 
 
 _CSS = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"

@@ -1,0 +1,178 @@
+"""`personagen eval` from the command line: one-line errors before any call, failed calls reported apart with
+a non-zero exit, read-only versions, Ctrl-C and resume, and every mode with open answers against a loopback
+OpenAI-compatible server."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from pipeline.cli.app import app
+from pipeline.llm import LLM
+from pipeline.llm.cache import LLMCache
+from pipeline.llm.limits import Runtime
+from tests.support.eval_data import publish_tiny
+from tests.support.openai_server import OpenAIServer, schema_answer
+from tests.support.readonly import read_only
+
+
+@pytest.fixture(scope="module")
+def version(tmp_path_factory):
+    return publish_tiny(tmp_path_factory.mktemp("cli"))
+
+
+def _eval(version, tmp_path, *args: str):
+    return CliRunner().invoke(app, ["eval", str(version), "--cache", str(tmp_path / "cache" / "llm.sqlite"),
+                                    "--outputs", str(tmp_path / "out"), *args])
+
+
+def _one_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    return lines[0]
+
+
+BAD_OPTIONS = {
+    "--concurrency 0": (["--concurrency", "0"], "--concurrency 0: must be at least 1"),
+    "--max-tokens 0": (["--max-tokens", "0"], "--max-tokens 0: must be at least 1"),
+    "--temperature -1": (["--temperature", "-1"], "--temperature -1: must be between 0 and 2"),
+    "--limit 0": (["--limit", "0"], "--limit 0: must be at least 1"),
+    "--window 0": (["--window", "0"], "--window 0: must be at least 1"),
+    "--budget 0": (["--budget", "0"], "--budget '0': must be at least 1 token"),
+    "--k 0": (["--mode", "rag", "--k", "0"], "--k 0: must be at least 1"),
+    "--recent-tokens 0": (["--recent-tokens", "0"], "--recent-tokens 0: must be at least 1"),
+    "--judge-sample 0": (["--judge-sample", "0"], "--judge-sample 0: must be at least 1"),
+    "--mode bogus": (["--mode", "bogus"], "--mode 'bogus': use mcq, no-context, oracle, recent, rag"),
+    "two modes": (["--mode", "mcq", "--mode", "rag"], "--mode given more than once: pass --suite"),
+    "--granularity page": (["--granularity", "page"], "--granularity 'page': use session or turn"),
+    "--answer open alone": (["--answer", "open"], "--answer open needs --judge <llm>"),
+    "--name ../x": (["--name", "../x"], "eval run name '../x': use letters, digits"),
+    "--name a/b": (["--name", "a/b"], "eval run name 'a/b': use letters, digits"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_OPTIONS))
+def test_bad_options_are_one_line_before_anything_is_asked(tmp_path, version, case):
+    args, message = BAD_OPTIONS[case]
+    result = _eval(version, tmp_path, "--llm", "fake", *args)
+    line = _one_line(result)
+    assert result.exit_code == 2 and line.startswith("error: ") and message in line, line
+    assert not (tmp_path / "cache").exists() and not (version / "evals" / "x").exists()
+
+
+def _server_env(monkeypatch, server) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+    monkeypatch.setattr(LLM, "_delay", lambda self, retry, error: 0.0)  # retries at once: the test waits for none
+
+
+def test_calls_that_fail_are_reported_apart_exit_non_zero_and_are_asked_again_on_rerun(tmp_path, version,
+                                                                                     monkeypatch):
+    """A server that dies after 10 answers: 6 failed calls, not scored; exit 1; a rerun asks only those 6."""
+    args = ["--llm", "openai:test-model", "--limit", "16", "--name", "dying", "--concurrency", "1"]
+    with OpenAIServer(responder=lambda body: "<final_answer>(a)") as server:
+        for index in range(10, 200):
+            server.schedule(index, "server_error")
+        _server_env(monkeypatch, server)
+        result = _eval(version, tmp_path, *args)
+    assert result.exit_code == 1 and _one_line(result) == (
+        "error: 6 model or judge calls failed and are not scored; rerun the same command to retry them (every "
+        "finished call is cached)")
+    summary = json.loads((version / "evals" / "dying" / "summary.json").read_text())
+    assert (summary["n_failed"], summary["n_scored"], summary["overall"]["n"]) == (6, 10, 10)
+    rows = pq.read_table(version / "evals" / "dying" / "results.parquet").to_pylist()
+    assert sum(r["status"] == "failed" and r["correct"] is False and r["prediction"] is None for r in rows) == 6
+    assert "**6 failed calls** are not scored" in (version / "evals" / "dying" / "summary.md").read_text()
+    with OpenAIServer(responder=lambda body: "<final_answer>(a)") as healthy:
+        _server_env(monkeypatch, healthy)
+        again = _eval(version, tmp_path, *args)
+        assert again.exit_code == 0, again.output
+        assert healthy.requests == 6
+    summary = json.loads((version / "evals" / "dying" / "summary.json").read_text())
+    assert (summary["n_failed"], summary["n_scored"]) == (0, 16)
+
+
+def test_a_read_only_version_writes_its_results_under_outputs(tmp_path, version):
+    (version / "evals").mkdir(exist_ok=True)
+    with read_only(version / "evals"):
+        result = _eval(version, tmp_path, "--llm", "fake?answer=correct", "--limit", "3", "--name", "ro")
+    assert result.exit_code == 0, result.output
+    target = tmp_path / "out" / "eval-results" / version.parent.name / version.name / "ro"
+    assert (target / "summary.json").is_file() and not (version / "evals" / "ro").exists()
+    assert "the version is read-only: written under --outputs" in result.output
+
+
+def test_a_read_only_version_and_outputs_fail_before_the_first_call(tmp_path, version):
+    (version / "evals").mkdir(exist_ok=True)
+    (tmp_path / "out").mkdir()
+    with read_only(version / "evals"), read_only(tmp_path / "out"):
+        result = CliRunner().invoke(app, ["eval", str(version), "--llm", "fake", "--name", "nowhere",
+                                          "--outputs", str(tmp_path / "out"),
+                                          "--cache", str(tmp_path / "cache" / "llm.sqlite")])
+    line = _one_line(result)
+    assert result.exit_code == 2 and line.startswith(f"error: {version / 'evals'}: cannot write the eval results")
+    assert "nothing was asked" in line
+    assert LLMCache(tmp_path / "cache" / "llm.sqlite").count() == 0
+
+
+def test_ctrl_c_then_rerun_repeats_no_call(tmp_path, version, monkeypatch):
+    """Ctrl-C after the first batch: one line, exit 130; the rerun asks only the rest (no call twice)."""
+    import rich.progress
+
+    from pipeline.evaluation import evaluate
+
+    monkeypatch.setattr(evaluate, "BATCH", 4)
+    update = rich.progress.Progress.update
+
+    def interrupt(self, task, *args, completed=None, **kwargs):
+        if completed:
+            raise KeyboardInterrupt
+        return update(self, task, *args, completed=completed, **kwargs)
+
+    args = ["--llm", "openai:test-model", "--limit", "12", "--name", "stopped"]
+    with OpenAIServer(responder=lambda body: "<final_answer>(b)") as server:
+        _server_env(monkeypatch, server)
+        monkeypatch.setattr(rich.progress.Progress, "update", interrupt)
+        try:
+            stopped = _eval(version, tmp_path, *args)
+        finally:
+            Runtime.get().resume()
+        assert stopped.exit_code == 130 and _one_line(stopped) == (
+            "error: interrupted; every finished call is cached: rerun the same command to continue")
+        assert server.requests == 4 and not (version / "evals" / "stopped").exists()
+        monkeypatch.setattr(rich.progress.Progress, "update", update)
+        resumed = _eval(version, tmp_path, *args)
+        assert resumed.exit_code == 0, resumed.output
+        assert server.requests == 12
+
+
+def _answers(body: dict) -> str:
+    """Free text for the model's calls, a valid verdict for the judge's structured calls."""
+    return schema_answer(body) if "response_format" in body else "I would suggest what you told me you like now."
+
+
+def test_a_suite_of_every_mode_with_open_answers_runs_against_an_openai_compatible_server(tmp_path, version,
+                                                                                         monkeypatch):
+    args = ["--llm", "openai:test-model", "--judge", "openai:test-model", "--suite", "--answer", "open",
+            "--limit", "4", "--judge-sample", "3", "--granularity", "turn", "--k", "3", "--name", "wire"]
+    with OpenAIServer(responder=_answers) as server:
+        _server_env(monkeypatch, server)
+        result = _eval(version, tmp_path, *args)
+        assert result.exit_code == 0, result.output
+        asked = server.requests
+        assert asked == 5 * 4 + 5 * 4 + 2 * 3  # answers, their verdicts, the agreement sample
+        judged = [b for b in server.bodies if "response_format" in b]
+        assert len(judged) == 5 * 4 + 2 * 3 and all(b["temperature"] == 0 for b in judged)
+        assert all("(a)" not in b["messages"][-1]["content"] for b in server.bodies if "response_format" not in b)
+        again = _eval(version, tmp_path, *args)
+        assert again.exit_code == 0 and server.requests == asked
+    summary = json.loads((version / "evals" / "wire" / "summary.json").read_text())
+    assert summary["kind"] == "suite" and summary["judge"] == "openai:test-model"
+    assert set(summary["runs"]) == {"mcq", "no-context", "oracle", "recent", "rag"}
+    assert all(run["n_scored"] == 4 for run in summary["runs"].values())
+    assert summary["judge_agreement"]["n_judged"] == 6
+    assert summary["runs"]["rag"]["history"] == {"retriever": "bm25", "granularity": "turn", "k": 3}
+    assert "Memory gap" in result.output
