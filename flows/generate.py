@@ -1,4 +1,5 @@
-"""The main job: `generate-benchmark`, one Prefect task per persona, then assembly and publishing."""
+"""The main job: `generate-benchmark`, one Prefect task per persona (or one Dask task on a worker), then
+assembly and publishing."""
 
 
 import contextlib
@@ -78,33 +79,12 @@ def _generate_benchmark(spec: RunSpec, dask: DaskSettings | None) -> str:
     seeds = sample_personas(spec.config.n_personas, run_seed=spec.config.seed, settings=spec.config.personas)
     # Tasks called in the flow get their big arguments quote()d: those hold no futures, and Prefect would
     # otherwise walk every nested model of them (twice per task), which cost more than the whole rerun of
-    # a finished dataset. Submitted tasks get theirs plain: they are small, and Dask would turn a quote
-    # into a bare tuple on its way to a worker.
+    # a finished dataset. Submitted tasks get theirs plain: they are small.
     filler_future = filler_task.submit(spec)
     done: dict[int, JobResult] = reuse_task(quote(seeds), quote(spec))
     pending = [seed for seed in seeds if seed.index not in done]
-    failures: list[Failure] = []
     with _persona_outcomes(spec, pending, dask) as (outcomes, shipped):
-        progress = create_progress_artifact(progress=100.0 * len(done) / max(1, len(seeds)),
-                                            key="generate-progress", description="personas done")
-        if reporter:
-            for index in sorted(done):
-                reporter.persona_done(index, True, False)
-        shown = 0
-        for i, (seed, outcome) in enumerate(outcomes, start=len(done) + 1):
-            if isinstance(outcome, Exception):
-                failures.append(Failure(persona_index=seed.index, stage="persona", reason=_one_line(outcome)))
-            else:
-                done[seed.index] = outcome
-            if reporter:
-                job = done.get(seed.index)
-                if dask is not None and job is not None and hasattr(reporter, "call_done"):
-                    reporter.call_done("persona", job.usage.total)  # its calls were made in another process
-                reporter.persona_done(seed.index, bool(job and job.from_checkpoint), job is None)
-            percent = int(100 * i / len(seeds))
-            if percent > shown:  # one API call per percent, not per persona
-                shown = percent
-                update_progress_artifact(progress, progress=float(percent))
+        failures = _collect(outcomes, done, len(seeds), reporter, remote=dask is not None)
     check_failures(spec, len(seeds), failures)
     jobs = [done[i] for i in sorted(done)]
     results = [job.result for job in jobs]
@@ -123,6 +103,32 @@ def _generate_benchmark(spec: RunSpec, dask: DaskSettings | None) -> str:
                              description=f"published {path}")
     get_run_logger().info("published %s", path)
     return path
+
+
+def _collect(outcomes, done: dict[int, JobResult], total: int, reporter, *, remote: bool) -> list[Failure]:
+    """Take each persona's outcome into ``done`` (or the failures), with the display and the progress artifact."""
+    progress = create_progress_artifact(progress=100.0 * len(done) / max(1, total), key="generate-progress",
+                                        description="personas done")
+    if reporter:
+        for index in sorted(done):
+            reporter.persona_done(index, True, False)
+    failures: list[Failure] = []
+    shown = 0
+    for i, (seed, outcome) in enumerate(outcomes, start=len(done) + 1):
+        if isinstance(outcome, Exception):
+            failures.append(Failure(persona_index=seed.index, stage="persona", reason=_one_line(outcome)))
+        else:
+            done[seed.index] = outcome
+        if reporter:
+            job = done.get(seed.index)
+            if remote and job is not None and hasattr(reporter, "call_done"):
+                reporter.call_done("persona", job.usage.total)  # its calls were made in another process
+            reporter.persona_done(seed.index, bool(job and job.from_checkpoint), job is None)
+        percent = int(100 * i / total)
+        if percent > shown:  # one API call per percent, not per persona
+            shown = percent
+            update_progress_artifact(progress, progress=float(percent))
+    return failures
 
 
 @contextlib.contextmanager
