@@ -80,6 +80,8 @@ class Pool:
     def submit(self, job: WorkerJob, done: queue.Queue):
         """Send one job; its future lands in ``done`` when it finishes, fails or is cancelled."""
         payload = pack(job)
+        if not self.tasks:  # the watch starts with the first job, not with the driver's preparations
+            self.idle_since = time.monotonic()
         self.sent += len(payload)
         self.tasks += 1
         future = self.client.submit(run_job, payload, key=f"persona-{job.seed.index}-{secrets.token_hex(4)}",
