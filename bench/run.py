@@ -14,7 +14,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
-BENCHMARKS = ["llm_gateway", "engine", "assembly", "flow", "resume", "eta", "density"]
+BENCHMARKS = ["llm_gateway", "engine", "assembly", "flow", "resume", "eta", "density", "scaleout"]
 
 
 def _fmt(value) -> str:

@@ -1,6 +1,9 @@
-"""The main job: `generate-benchmark`, one Prefect task per persona, then assembly and publishing."""
+"""The main job: `generate-benchmark`, one Prefect task per persona (or one Dask task on a worker), then
+assembly and publishing."""
 
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -16,6 +19,7 @@ from flows.server import start_temporary_server
 from pipeline.errors import UserError
 from pipeline.llm.errors import ConfigError
 from pipeline.llm.limits import Runtime
+from pipeline.run.cluster import DaskSettings, open_pool, remote_personas
 from pipeline.run.jobs import (
     JobResult,
     RunSpec,
@@ -32,6 +36,7 @@ from pipeline.run.jobs import (
 )
 from pipeline.timeline.sample_personas import sample_personas
 from schemas.manifest import Failure
+from schemas.persona import PersonaSeed
 
 
 def _transient(task, task_run, state) -> bool:
@@ -45,7 +50,8 @@ def _transient(task, task_run, state) -> bool:
     return False
 
 
-# Tasks wrap the stage functions themselves, so Dask workers unpickle them by reference.
+# Tasks wrap the stage functions themselves; with Dask the persona tasks are plain Dask tasks instead, so the
+# workers need neither this machine's disk nor its Prefect API.
 _RETRY = {"retries": 2, "retry_delay_seconds": [1, 5], "retry_condition_fn": _transient,
           "cache_policy": NO_CACHE, "persist_result": False}
 reuse_task = task(reuse_checkpoints, name="reuse-checkpoints", cache_policy=NO_CACHE, persist_result=False)
@@ -56,47 +62,29 @@ publish_task = task(publish_run, name="publish-dataset", cache_policy=NO_CACHE, 
 
 
 @flow(name="generate-benchmark", persist_result=False, log_prints=False)
-def generate_benchmark(spec: RunSpec) -> str:
-    """Seed personas, run each persona's stages concurrently, then assemble and publish one version."""
+def generate_benchmark(spec: RunSpec, dask: DaskSettings | None = None) -> str:
+    """Seed personas, run each persona's stages concurrently (in threads, or on Dask workers), then assemble
+    and publish one version."""
     Runtime.get().resume()  # a long-lived process (make serve) may have seen an earlier run interrupted
     try:
-        return _generate_benchmark(spec)
+        return _generate_benchmark(spec, dask)
     except BaseException as exc:
         if not isinstance(exc, Exception):  # Ctrl-C or SIGTERM: stop model calls so the task threads end now
             Runtime.get().stop(f"run interrupted ({type(exc).__name__})")
         raise
 
 
-def _generate_benchmark(spec: RunSpec) -> str:
+def _generate_benchmark(spec: RunSpec, dask: DaskSettings | None) -> str:
     reporter = current_reporter()
     seeds = sample_personas(spec.config.n_personas, run_seed=spec.config.seed, settings=spec.config.personas)
     # Tasks called in the flow get their big arguments quote()d: those hold no futures, and Prefect would
     # otherwise walk every nested model of them (twice per task), which cost more than the whole rerun of
-    # a finished dataset. Submitted tasks get theirs plain: they are small, and Dask would turn a quote
-    # into a bare tuple on its way to a worker.
+    # a finished dataset. Submitted tasks get theirs plain: they are small.
     filler_future = filler_task.submit(spec)
     done: dict[int, JobResult] = reuse_task(quote(seeds), quote(spec))
-    futures = {persona_task.submit(seed, spec): seed for seed in seeds if seed.index not in done}
-    progress = create_progress_artifact(progress=100.0 * len(done) / max(1, len(seeds)), key="generate-progress",
-                                        description="personas done")
-    if reporter:
-        for index in sorted(done):
-            reporter.persona_done(index, True, False)
-    failures: list[Failure] = []
-    shown = 0
-    for i, future in enumerate(as_completed(list(futures)), start=len(done) + 1):
-        seed = futures[future]
-        try:
-            done[seed.index] = future.result()
-        except Exception as exc:
-            failures.append(Failure(persona_index=seed.index, stage="persona", reason=_one_line(exc)))
-        if reporter:
-            job = done.get(seed.index)
-            reporter.persona_done(seed.index, bool(job and job.from_checkpoint), job is None)
-        percent = int(100 * i / len(seeds))
-        if percent > shown:  # one API call per percent, not per persona
-            shown = percent
-            update_progress_artifact(progress, progress=float(percent))
+    pending = [seed for seed in seeds if seed.index not in done]
+    with _persona_outcomes(spec, pending, dask) as (outcomes, shipped):
+        failures = _collect(outcomes, done, len(seeds), reporter, remote=dask is not None)
     check_failures(spec, len(seeds), failures)
     jobs = [done[i] for i in sorted(done)]
     results = [job.result for job in jobs]
@@ -106,6 +94,8 @@ def _generate_benchmark(spec: RunSpec) -> str:
     items, own = filler_inputs(results)
     filler, filler_dropped, top_up_usage = filler_top_up_task(quote(spec), quote(filler), quote(items), quote(own))
     usage, stats = run_summary(jobs, filler, filler_dropped, [filler_usage, top_up_usage])
+    if shipped:
+        stats["dask"] = shipped
     path = str(publish_task(quote(spec), quote(results), quote(filler), usage=quote(usage),
                                 models=[model_name(spec.llm)], extra_stats=quote(stats),
                                 failures=quote(sorted(failures, key=lambda f: f.persona_index or 0))))
@@ -115,27 +105,86 @@ def _generate_benchmark(spec: RunSpec) -> str:
     return path
 
 
+def _collect(outcomes, done: dict[int, JobResult], total: int, reporter, *, remote: bool) -> list[Failure]:
+    """Take each persona's outcome into ``done`` (or the failures), with the display and the progress artifact."""
+    progress = create_progress_artifact(progress=100.0 * len(done) / max(1, total), key="generate-progress",
+                                        description="personas done")
+    if reporter:
+        for index in sorted(done):
+            reporter.persona_done(index, True, False)
+    failures: list[Failure] = []
+    shown = 0
+    for i, (seed, outcome) in enumerate(outcomes, start=len(done) + 1):
+        if isinstance(outcome, Exception):
+            failures.append(Failure(persona_index=seed.index, stage="persona", reason=_one_line(outcome)))
+        else:
+            done[seed.index] = outcome
+        if reporter:
+            job = done.get(seed.index)
+            if remote and job is not None and hasattr(reporter, "call_done"):
+                reporter.call_done("persona", job.usage.total)  # its calls were made in another process
+            reporter.persona_done(seed.index, bool(job and job.from_checkpoint), job is None)
+        percent = int(100 * i / total)
+        if percent > shown:  # one API call per percent, not per persona
+            shown = percent
+            update_progress_artifact(progress, progress=float(percent))
+    return failures
+
+
+@contextlib.contextmanager
+def _persona_outcomes(spec: RunSpec, pending: list[PersonaSeed], dask: DaskSettings | None
+                      ) -> Iterator[tuple[Iterator[tuple[PersonaSeed, JobResult | Exception]], dict]]:
+    """(seed, JobResult or the exception) per persona as each finishes, and, with Dask, the shipping tallies
+    (filled in as the run goes). Threads: one Prefect task per persona. Dask: one plain task per persona on the
+    workers, which get everything from this process and write nothing of the run's (`pipeline.run.cluster`)."""
+    if dask is None:
+        futures = {persona_task.submit(seed, spec): seed for seed in pending}
+        yield _thread_outcomes(futures), {}
+        return
+    shipped: dict = {}
+    with open_pool(dask, _notify) as pool:
+        try:
+            yield remote_personas(pool, pending, spec), shipped
+        finally:
+            shipped.update(pool.stats())
+
+
+def _thread_outcomes(futures: dict) -> Iterator[tuple[PersonaSeed, JobResult | Exception]]:
+    for future in as_completed(list(futures)):
+        seed = futures[future]
+        try:
+            yield seed, future.result()
+        except Exception as exc:
+            yield seed, exc
+
+
+def _notify(text: str) -> None:
+    """A line for whoever watches the run: the CLI's display, and the flow run's log."""
+    reporter = current_reporter()
+    if reporter and hasattr(reporter, "notice"):
+        reporter.notice(text)
+    get_run_logger().warning(text)
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
-def task_runner_for(spec: RunSpec, *, runner: Literal["thread", "dask"] = "thread", workers: int | None = None,
-                    dask_address: str | None = None):
-    """The task runner of a run: ``workers`` threads (or Dask processes); by default as many as the backend
-    takes calls in flight (`default_workers`). Never Prefect's default thread pool, which has no bound."""
-    workers = workers or default_workers(spec.llm, runner)
-    if runner == "dask":
-        from prefect_dask import DaskTaskRunner
-
-        return (DaskTaskRunner(address=dask_address) if dask_address else DaskTaskRunner(
-            cluster_kwargs={"n_workers": workers, "processes": True, "threads_per_worker": 1}))
-    return ThreadPoolTaskRunner(max_workers=workers)
+def task_runner_for(spec: RunSpec, *, runner: Literal["thread", "dask"] = "thread", workers: int | None = None):
+    """The flow's task runner: ``workers`` threads; by default as many as the backend takes calls in flight
+    (`default_workers`). Never Prefect's default thread pool, which has no bound. With Dask the persona tasks
+    go to the Dask workers, not through it (the filler pool and publishing still run here)."""
+    return ThreadPoolTaskRunner(max_workers=workers or default_workers(spec.llm, runner))
 
 
 def run_generate(spec: RunSpec, *, runner: Literal["thread", "dask"] = "thread", workers: int | None = None,
-                 dask_address: str | None = None) -> Path:
-    """Run the flow with the chosen task runner; returns the published version's path."""
+                 dask_address: str | None = None, dask_timeout_s: float | None = None) -> Path:
+    """Run the flow with the chosen runner; returns the published version's path."""
     start_temporary_server()  # outside our process group, so a terminal's Ctrl-C does not kill it first
-    task_runner = task_runner_for(spec, runner=runner, workers=workers, dask_address=dask_address)
-    return Path(generate_benchmark.with_options(task_runner=task_runner)(spec))
+    task_runner = task_runner_for(spec, runner=runner, workers=workers)
+    dask = None
+    if runner == "dask":
+        dask = DaskSettings(address=dask_address, workers=workers or default_workers(spec.llm, "dask"),
+                            **({"timeout_s": dask_timeout_s} if dask_timeout_s else {}))
+    return Path(generate_benchmark.with_options(task_runner=task_runner)(spec, dask))

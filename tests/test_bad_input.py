@@ -142,6 +142,13 @@ def test_zero_workers_or_keep_is_refused_up_front(tmp_path, option):
     assert_rejected(result, tmp_path, f"{option} 0")
 
 
+@pytest.mark.parametrize(("args", "culprit"), [(["--runner", "dask", "--dask-timeout", "0"], "--dask-timeout 0"),
+                                             (["--dask-address", "tcp://127.0.0.1:8786"], "--runner dask")])
+def test_dask_options_are_checked_up_front(tmp_path, args, culprit):
+    result = generate(tmp_path, "--profile", "smoke", "--llm", "fake", *args)
+    assert_rejected(result, tmp_path, culprit)
+
+
 def test_a_profile_that_is_not_utf8_names_file_and_line(tmp_path):
     path = tmp_path / "profile.yaml"
     path.write_bytes(b"dataset: bad\nn_personas: 1\n# caf\xe9\n")

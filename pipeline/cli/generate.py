@@ -31,7 +31,7 @@ class RichReporter:
 
     The calls bar moves with every call, so a long run shows its ETA from the first minutes, while the
     first persona may take many calls to finish; a persona served from its checkpoint counts as its
-    expected calls. Calls made in other processes (Dask workers) are not seen.
+    expected calls. Calls made on Dask workers count when their persona comes back.
     """
 
     def __init__(self, progress: Progress, total: int, calls: int = 0) -> None:
@@ -59,6 +59,10 @@ class RichReporter:
     def stage(self, name: str) -> None:
         self.finish()
         self.progress.add_task(name, total=None)
+
+    def notice(self, text: str) -> None:
+        """One line above the bars (the Dask cluster, or that no worker has taken a task)."""
+        self.progress.console.print(text, soft_wrap=True)
 
     def finish(self) -> None:
         """Mark every open stage done (the flow has moved on or returned)."""
@@ -108,9 +112,12 @@ def generate(
     outputs: Annotated[Path, typer.Option(help="root folder of published datasets")] = Path("outputs"),
     cache: Annotated[Path | None, typer.Option(help="LLM response cache (SQLite) [default: OUTPUTS/.cache/llm.sqlite]")] = None,
     workers: Annotated[int | None, typer.Option(help=(
-        "personas processed concurrently [default: the backend's calls in flight, max_concurrency; 4 with --runner dask]"))] = None,
+        "personas processed concurrently [default: the backend's calls in flight, max_concurrency; with --runner "
+        "dask: 4 local worker processes, or on --dask-address at least this many, else twice its worker threads]"))] = None,
     runner: Annotated[str, typer.Option(help="thread | dask")] = "thread",
     dask_address: Annotated[str | None, typer.Option(help="tcp://host:port of a Dask scheduler")] = None,
+    dask_timeout: Annotated[float, typer.Option(help=(
+        "seconds with no Dask worker taking a task before the run fails"))] = 300.0,
     keep: Annotated[int | None, typer.Option(help="keep only the newest K versions")] = None,
     cache_only: Annotated[bool, typer.Option(help="fail on any cache miss instead of calling the model")] = False,
     dry_run: Annotated[bool, typer.Option(help="print the plan and ETA, then stop")] = False,
@@ -125,6 +132,10 @@ def generate(
     for option, value in (("--workers", workers), ("--keep", keep)):
         if value is not None and value < 1:
             raise fail(f"{option} {value}: must be at least 1")
+    if dask_timeout <= 0:
+        raise fail(f"--dask-timeout {dask_timeout:g}: must be more than 0 seconds")
+    if dask_address and runner != "dask":
+        raise fail("--dask-address needs --runner dask")
     cache = cache or outputs / ".cache" / "llm.sqlite"
     created = [p for p in (cache, *cache.parents) if not p.exists()]  # what to remove if nothing is stored
     gateway = None
@@ -148,8 +159,8 @@ def generate(
         _drop_empty_cache(gateway, cache, created)
         return
     spec = RunSpec(config=config, llm=settings, outputs=outputs, keep=keep)
-    path = _run(spec, runner=runner, workers=workers, dask_address=dask_address, total=config.n_personas,
-                calls=estimate.llm_calls)
+    path = _run(spec, runner=runner, workers=workers, dask_address=dask_address, dask_timeout=dask_timeout,
+                total=config.n_personas, calls=estimate.llm_calls)
     try:
         _summary(path)
     except KeyboardInterrupt:  # the version is complete; only the summary was cut short
@@ -208,7 +219,8 @@ def _on_sigterm(signum, frame) -> None:
     raise _Terminated()
 
 
-def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: int, calls: int = 0) -> Path:
+def _run(spec, *, runner: str, workers: int, dask_address: str | None, dask_timeout: float, total: int,
+         calls: int = 0) -> Path:
     _quiet_prefect()
     from prefect.exceptions import TerminationSignal
 
@@ -228,7 +240,8 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: in
             reporter = RichReporter(progress, total, calls)
             token, unlisten = REPORTER.set(reporter), listen(reporter.call_done)
             try:
-                path = run_generate(spec, runner=runner, workers=workers, dask_address=dask_address)
+                path = run_generate(spec, runner=runner, workers=workers, dask_address=dask_address,
+                                    dask_timeout_s=dask_timeout)
                 reporter.done()
             finally:
                 unlisten()
@@ -237,8 +250,9 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, total: in
         raise fail(str(exc)) from None
     except (KeyboardInterrupt, Interrupted, TerminationSignal) as exc:
         code = 143 if isinstance(exc, _Terminated | TerminationSignal) else 130
-        raise fail("interrupted; every finished model call and persona is saved: rerun the same command to "
-                   "continue", code=code) from None
+        saved = ("every finished persona is saved (the calls of those in flight on Dask workers are not)"
+                 if runner == "dask" else "every finished model call and persona is saved")
+        raise fail(f"interrupted; {saved}: rerun the same command to continue", code=code) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     console.print(f"finished in {time.perf_counter() - started:.1f} s")

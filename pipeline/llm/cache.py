@@ -33,9 +33,14 @@ CREATE TABLE IF NOT EXISTS calls (
     latency_s REAL NOT NULL DEFAULT 0,
     attempts INTEGER NOT NULL DEFAULT 0,
     error TEXT,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    tag TEXT
 )
 """
+# Not part of the key: which persona asked (`pipeline.run.jobs.persona_tag`), so a Dask driver can ship a
+# persona's earlier calls to whichever worker runs it next. Caches made before it get the column on open.
+TAG_COLUMN = "ALTER TABLE calls ADD COLUMN tag TEXT"
+TAG_INDEX = "CREATE INDEX IF NOT EXISTS calls_by_tag ON calls (tag)"
 
 
 class CacheKey(BaseModel):
@@ -93,13 +98,23 @@ class CallRecord(BaseModel):
     attempts: int = 0
     error: str | None = None
     created_at: float = 0.0
+    tag: str | None = None
+
+
+_FIELDS = list(CallRecord.model_fields)
+# A failure never overwrites a success another thread or process stored meanwhile.
+_UPSERT = (f"INSERT INTO calls ({', '.join(_FIELDS)}) VALUES ({', '.join('?' for _ in _FIELDS)}) "
+           f"ON CONFLICT(key) DO UPDATE SET {', '.join(f'{n} = excluded.{n}' for n in _FIELDS if n != 'key')} "
+           "WHERE calls.status != 'ok' OR excluded.status = 'ok'")
 
 
 class LLMCache:
-    """SQLite in WAL mode; safe across threads (one lock) and processes (busy_timeout)."""
+    """SQLite in WAL mode; safe across threads (one lock) and processes (busy_timeout). With a ``tag``,
+    every record put without one of its own is stored under it."""
 
-    def __init__(self, path: Path | str, *, busy_timeout_ms: int = 30_000) -> None:
+    def __init__(self, path: Path | str, *, busy_timeout_ms: int = 30_000, tag: str | None = None) -> None:
         self.path = Path(path)
+        self.tag = tag
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -125,6 +140,9 @@ class LLMCache:
                              f"{', '.join(sorted(tables)[:5])}); pass another --cache")
         if "calls" in tables:
             columns = {row[1] for row in db.execute("PRAGMA table_info(calls)")}
+            if "tag" not in columns and columns >= set(CallRecord.model_fields) - {"tag"}:
+                db.execute(TAG_COLUMN)
+                columns.add("tag")
             missing = sorted(set(CallRecord.model_fields) - columns)
             if missing:
                 raise CacheError(f"{self.path}: not an LLM cache (table calls lacks {', '.join(missing)})")
@@ -147,16 +165,41 @@ class LLMCache:
 
     def put(self, record: CallRecord) -> None:
         """Insert or replace one record and commit it at once."""
-        record = record.model_copy(update={"created_at": record.created_at or time.time()})
-        data = record.model_dump()
-        columns = ", ".join(data)
-        marks = ", ".join("?" for _ in data)
-        updates = ", ".join(f"{name} = excluded.{name}" for name in data if name != "key")
-        # A failure never overwrites a success another thread or process stored meanwhile.
-        sql = (f"INSERT INTO calls ({columns}) VALUES ({marks}) ON CONFLICT(key) DO UPDATE SET {updates} "
-               "WHERE calls.status != 'ok' OR excluded.status = 'ok'")
         with self._lock, self._failing():
-            self._db.execute(sql, tuple(data.values()))
+            self._db.execute(_UPSERT, self._values(record))
+
+    def put_many(self, records: list[CallRecord]) -> None:
+        """`put` every record, in one transaction (calls answered elsewhere, merged in)."""
+        with self._lock, self._failing():
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                self._db.executemany(_UPSERT, [self._values(r) for r in records])
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+
+    def _values(self, record: CallRecord) -> tuple:
+        """The row of one record: its creation time (now, if unset) and its tag (the cache's, if unset)."""
+        return tuple(record.model_copy(update={"created_at": record.created_at or time.time(),
+                                               "tag": record.tag or self.tag}).model_dump().values())
+
+    def tagged(self, tag: str) -> list[CallRecord]:
+        """Every successful record stored under ``tag``, oldest first (indexed on first use)."""
+        with self._lock, self._failing():
+            self._db.execute(TAG_INDEX)
+            cursor = self._db.execute("SELECT * FROM calls WHERE tag = ? AND status = 'ok' ORDER BY created_at",
+                                      (tag,))
+            names = [d[0] for d in cursor.description]
+            return [CallRecord(**dict(zip(names, row, strict=True))) for row in cursor.fetchall()]
+
+    def records(self, *, exclude: set[str] = frozenset()) -> list[CallRecord]:
+        """Every stored record, failures included, except those whose key is in ``exclude``."""
+        with self._lock, self._failing():
+            cursor = self._db.execute("SELECT * FROM calls ORDER BY created_at")
+            names = [d[0] for d in cursor.description]
+            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+        return [CallRecord(**row) for row in rows if row["key"] not in exclude]
 
     @contextlib.contextmanager
     def _failing(self):

@@ -16,6 +16,7 @@ from pipeline.dataset.assemble_contexts import assemble_all
 from pipeline.errors import UserError
 from pipeline.generate_queries import generate_queries
 from pipeline.llm import LLM
+from pipeline.llm.cache import LLMCache
 from pipeline.llm.factory import backend_name, resolve_backend_string
 from pipeline.prompting import PromptEnv
 from pipeline.queries.filtering import filter_queries
@@ -101,19 +102,31 @@ class JobResult(BaseModel):
     from_checkpoint: bool
 
 
+def persona_tag(seed: PersonaSeed, llm_name: str) -> str:
+    """What the cache records with each call a persona makes (not part of the key): the persona's seed and the
+    model, so a Dask driver can ship a persona's earlier calls to the worker that runs it again."""
+    return digest("persona", llm_name, seed.source, seed.text, length=16)
+
+
 def persona_job(seed: PersonaSeed, spec: RunSpec) -> JobResult:
     """One persona end to end (text stages + queries), or its checkpoint when nothing changed."""
-    key = fingerprint(spec, model_name(spec.llm))
+    name = model_name(spec.llm)
+    key = fingerprint(spec, name)
     cached = spec.checkpoints.load(seed, key)
     if cached is not None:
         return JobResult(result=cached, usage=UsageSummary(), from_checkpoint=True)
-    llm = LLM(spec.llm)
+    llm = LLM(spec.llm, cache=LLMCache(spec.llm.cache_path, tag=persona_tag(seed, name)))
+    result = make_persona(seed, spec, llm)
+    spec.checkpoints.save(seed, key, result)
+    return JobResult(result=result, usage=llm.usage_summary(), from_checkpoint=False)
+
+
+def make_persona(seed: PersonaSeed, spec: RunSpec, llm: LLM) -> PersonaResult:
+    """Stages 2-6 of one persona through ``llm``; reads and writes no checkpoint (a Dask worker runs this too)."""
     text = build_persona_text(seed, config=spec.config, llm=llm)
     queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=spec.config,
                                      inventory=text.inventory)
-    result = PersonaResult(text=text, queries=queries, query_stats=stats.model_dump(mode="json"))
-    spec.checkpoints.save(seed, key, result)
-    return JobResult(result=result, usage=llm.usage_summary(), from_checkpoint=False)
+    return PersonaResult(text=text, queries=queries, query_stats=stats.model_dump(mode="json"))
 
 
 def reuse_checkpoints(seeds: list[PersonaSeed], spec: RunSpec) -> dict[int, JobResult]:
@@ -199,8 +212,11 @@ def check_failures(spec: RunSpec, n: int, failures: list[Failure]) -> None:
     """Refuse to publish when more than the allowed fraction of personas failed."""
     if n and len(failures) / n > spec.max_failure_fraction:
         first = failures[0]
+        indices = sorted(f.persona_index for f in failures if f.persona_index is not None)
+        shown = ", ".join(map(str, indices[:10])) + (f" and {len(indices) - 10} more" if len(indices) > 10 else "")
         raise RunFailed(f"{len(failures)} of {n} personas failed (allowed {spec.max_failure_fraction:.0%}); "
-                        f"nothing published; first: persona {first.persona_index}: {first.reason}")
+                        f"nothing published; failed: personas {shown}; first: persona {first.persona_index}: "
+                        f"{first.reason}")
 
 
 def probe_and_filter(results: list[PersonaResult], config: RunConfig, *, store: Checkpoints | None = None,
