@@ -163,9 +163,17 @@ def test_a_suite_of_every_mode_with_open_answers_runs_against_an_openai_compatib
         result = _eval(version, tmp_path, *args)
         assert result.exit_code == 0, result.output
         asked = server.requests
-        assert asked == 5 * 4 + 5 * 4 + 2 * 3  # answers, their verdicts, the agreement sample
+        # No prompt reaches the server twice, even when two modes' calls are in flight at once (the gateway
+        # asks an identical call once); the judge reads the question, the key and the answer, not the mode,
+        # so the same answer to the same query gets one verdict: 4 verdicts, plus the agreement sample's 2 x 3.
+        bodies = [json.dumps(b["messages"], sort_keys=True) for b in server.bodies]
+        assert len(set(bodies)) == len(bodies) == asked
+        rows = pq.read_table(version / "evals" / "wire" / "results.parquet").to_pylist()
+        assert len(rows) == 5 * 4 and all(r["verdict"] for r in rows)
+        queries = {r["query_id"] for r in rows}
         judged = [b for b in server.bodies if "response_format" in b]
-        assert len(judged) == 5 * 4 + 2 * 3 and all(b["temperature"] == 0 for b in judged)
+        assert len(judged) == len(queries) + 2 * 3 and all(b["temperature"] == 0 for b in judged)
+        assert len(queries) <= asked - len(judged) <= 5 * 4  # the answers: one per distinct prompt
         assert all("(a)" not in b["messages"][-1]["content"] for b in server.bodies if "response_format" not in b)
         again = _eval(version, tmp_path, *args)
         assert again.exit_code == 0 and server.requests == asked

@@ -140,7 +140,7 @@ def test_every_mode_sends_its_history_then_the_question_and_a_rerun_calls_nothin
     settings = EvalSettings(limit=6)
     llm = _llm(tmp_path)
     rows = evaluate(ds, llm=llm, settings=settings, modes=MODES)
-    assert len(rows) == 6 * len(MODES) and llm.backend.calls == len(rows)
+    assert len(rows) == 6 * len(MODES) and llm.backend.calls <= len(rows)
     views, expected = Views(ds), []
     for item in select_items(ds, settings):
         for mode in MODES:
@@ -148,7 +148,9 @@ def test_every_mode_sends_its_history_then_the_question_and_a_rerun_calls_nothin
                 views.get(item.placement.context_id), item.placement, item.query, mode, settings.history())
             history = [views.get(item.placement.context_id).messages[i] for i in indices]
             expected.append([m.model_dump() for m in (*history, question_message(item.query))])
-    assert sorted(map(json.dumps, (r.messages for r in llm.backend.requests))) == sorted(map(json.dumps, expected))
+    # every distinct prompt once: modes (and placements of one query) that send the same messages share a call
+    sent = [json.dumps(r.messages) for r in llm.backend.requests]
+    assert len(sent) == len(set(sent)) and set(sent) == set(map(json.dumps, expected))
     sizes = {m: sum(r.history_messages for r in rows if r.mode == m) for m in MODES}
     assert sizes["no-context"] == 0 < sizes["oracle"] < sizes["mcq"] and 0 < sizes["rag"] < sizes["mcq"]
     assert all(r.correct for r in rows)

@@ -55,7 +55,8 @@ def test_open_answers_send_the_question_alone(tmp_path, ds):
     evaluate(ds, llm=llm, judge=judge, settings=EvalSettings(mode="no-context", answer="open", limit=5))
     questions = {i.query.question for i in select_items(ds, EvalSettings(limit=5))}
     sent = [r.messages for r in llm.backend.requests]
-    assert [len(m) for m in sent] == [1] * 5 and {m[0]["content"] for m in sent} == questions
+    # one request per distinct question: a query placed twice asks the same thing, and is asked once
+    assert [len(m) for m in sent] == [1] * len(questions) and {m[0]["content"] for m in sent} == questions
     assert not any("<final_answer>" in m[0]["content"] or "(a)" in m[0]["content"] for m in sent)
 
 
@@ -98,7 +99,8 @@ def test_judge_calls_are_cached_like_every_other_call(tmp_path, ds):
     settings = EvalSettings(answer="open", limit=6)
     judge = _llm(tmp_path, "fake")
     first = evaluate(ds, llm=_llm(tmp_path, "fake?answer=c"), judge=judge, settings=settings)
-    assert judge.backend.calls == 6
+    verdicts = {(r.query_id, r.prediction) for r in first}  # one verdict per distinct answer to a query
+    assert judge.backend.calls == len(verdicts) and len(first) == 6
     again_llm, again_judge = _llm(tmp_path, "fake?answer=c"), _llm(tmp_path, "fake")
     second = evaluate(ds, llm=again_llm, judge=again_judge, settings=settings)
     assert again_llm.backend.calls == again_judge.backend.calls == 0

@@ -258,3 +258,43 @@ def test_each_fresh_sample_carries_only_the_latest_reason(tmp_path):
     assert third.messages[-1]["content"].count("An earlier answer") == 1
     assert "not valid JSON" in third.messages[-1]["content"]
     assert third.messages[-1]["content"].startswith(first.messages[-1]["content"])
+
+
+def test_identical_calls_in_flight_at_once_reach_the_backend_once(tmp_path):
+    llm, backend = fake_llm(tmp_path, "latency_s=0.2")
+    notes = llm.generate_many(SPEC, [ADA, ADA, ADA, TopicContext(name="Bo", topic="tea")])
+    assert notes[0] == notes[1] == notes[2] and notes[0] is not notes[1]
+    assert backend.calls == 2
+    total = llm.usage_summary().total
+    assert (total.calls, total.cache_hits, total.backend_calls) == (4, 2, 2)
+    replies = llm.runtime.run(_chat_twice(llm))
+    assert [r.cached for r in replies] == [False, True] and replies[0].text == replies[1].text
+    assert backend.calls == 3
+
+
+async def _chat_twice(llm):
+    messages = [{"role": "user", "content": "Say hello."}]
+    return await asyncio.gather(llm.achat(messages), llm.achat(messages))
+
+
+def test_a_failure_in_flight_is_every_waiters_failure_and_is_retried_next_run(tmp_path):
+    llm, backend = fake_llm(tmp_path, "schema_violation=1&latency_s=0.1", reask=0)
+    results = llm.generate_each(SPEC, [ADA, ADA])
+    assert results == [None, None] and backend.calls == 1
+    rerun, backend = fake_llm(tmp_path)
+    assert isinstance(rerun.generate(SPEC, ADA), TopicNote) and backend.calls == 1
+
+
+def test_a_waiter_whose_call_is_cancelled_asks_itself(tmp_path):
+    llm, backend = fake_llm(tmp_path, "latency_s=0.3")
+
+    async def first_cancelled():
+        first = asyncio.ensure_future(llm.agenerate(SPEC, ADA))
+        await asyncio.sleep(0.05)
+        second = asyncio.ensure_future(llm.agenerate(SPEC, ADA))
+        await asyncio.sleep(0.05)
+        first.cancel()
+        return await second
+
+    assert isinstance(llm.runtime.run(first_cancelled()), TopicNote)
+    assert backend.calls == 2

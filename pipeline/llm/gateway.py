@@ -73,6 +73,7 @@ class LLM:
         self._usage = UsageSummary()
         self._usage_lock = threading.Lock()
         self._jitter = random.Random()
+        self._inflight: dict[str, asyncio.Future] = {}  # digest -> the call in flight (on the Runtime's loop)
 
     @property
     def name(self) -> str:
@@ -207,7 +208,38 @@ class LLM:
             temperature=key.temperature, top_p=key.top_p, max_tokens=key.max_tokens,
             seed=key.seed + sample_index, timeout_s=self.settings.timeout_s, key=digest,
         )
-        return await self._call(spec, request, stage)
+        output, _ = await self._once(digest, stage, lambda: self._call(spec, request, stage))
+        return output.model_copy(deep=True)
+
+    async def _once(self, digest: str, stage: str, call: Callable) -> tuple[object, bool]:
+        """(result, shared): ``call()``'s result for a key not in the cache, or, when the same key is already in
+        flight, that call's result (shared, counted as a cache hit): identical concurrent calls reach the model
+        once. A waiter whose call was cancelled asks itself; a failure is every waiter's failure."""
+        while (running := self._inflight.get(digest)) is not None:
+            try:
+                result = await asyncio.shield(running)
+            except asyncio.CancelledError:
+                if not running.cancelled():
+                    raise  # this waiter itself is cancelled
+                continue
+            self._record(stage, TokenCount(calls=1, cache_hits=1))
+            return result, True
+        future = asyncio.get_running_loop().create_future()
+        self._inflight[digest] = future
+        try:
+            result = await call()
+        except asyncio.CancelledError:
+            future.cancel()
+            raise
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # marked retrieved: a failure nobody waited for is no asyncio warning
+            raise
+        else:
+            future.set_result(result)
+            return result, False
+        finally:
+            del self._inflight[digest]
 
     async def _chat(self, messages: list[dict[str, str]], stage: str, sample_index: int,
                     context: BaseModel | None) -> ChatReply:
@@ -225,6 +257,10 @@ class LLM:
             temperature=key.temperature, top_p=key.top_p, max_tokens=key.max_tokens,
             seed=key.seed + sample_index, timeout_s=self.settings.timeout_s, key=digest, free_text=True,
         )
+        reply, shared = await self._once(digest, stage, lambda: self._chat_call(request, stage))
+        return reply.model_copy(update={"cached": True} if shared else {})
+
+    async def _chat_call(self, request: BackendRequest, stage: str) -> ChatReply:
         count, started = TokenCount(calls=1), time.monotonic()
         try:
             reply = await self._send(request, count)
