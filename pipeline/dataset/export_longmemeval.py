@@ -24,10 +24,16 @@ from datetime import datetime
 from pathlib import Path
 
 from pipeline.dataset.assemble_contexts import slot_dates
-from pipeline.dataset.export import ExportedFile, letter, option_strings, placements_by_context, size_labels
+from pipeline.dataset.export import (
+    ExportedFile,
+    check_budget,
+    letter,
+    option_strings,
+    placements_by_context,
+    size_labels,
+)
 from pipeline.dataset.files import export_folder, write_json_list
 from pipeline.dataset.reading import Dataset
-from pipeline.errors import UserError
 from schemas.context import Context, Placement
 from schemas.conversation import SessionWithTurns
 from schemas.query import Query
@@ -55,10 +61,8 @@ def lme_date(t: datetime) -> str:
 
 def export_longmemeval(ds: Dataset, out: Path, budget: int | None = None) -> list[ExportedFile]:
     """Write ``longmemeval_<size>.json`` for every budget (or only ``budget``) into the folder ``out``."""
+    check_budget(ds, budget)
     labels = size_labels({c.budget_tokens for c in ds.contexts})
-    if budget is not None and budget not in labels:
-        known = ", ".join(f"{b:,}" for b in sorted(labels)) or "none"
-        raise UserError(f"--budget {budget:,}: {ds.path} has no contexts of that budget (budgets: {known})")
     export_folder(out)
     files = []
     for size, label in sorted(labels.items()):

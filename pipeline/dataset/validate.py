@@ -10,6 +10,15 @@ from pydantic import BaseModel
 
 from pipeline.dataset.assemble_contexts import layout, place_query, turn_prefix
 from pipeline.dataset.budget import message_tokens, profile_text
+from pipeline.dataset.fit import (
+    PM_ASK_RESERVE,
+    fill_tokens,
+    fits,
+    lme_history_cap,
+    lme_session_tokens_many,
+    pm_ask_tokens,
+    pm_history_cap,
+)
 from schemas.context import Context, Placement
 from schemas.conversation import Session, Turn
 from schemas.manifest import ValidationReport
@@ -54,7 +63,8 @@ def validate_tables(
     _session_sums(sessions, turns_by, r)
     _token_rule(tables["turns"], r)
     _queries(tables["queries"], sessions, turns_by, r)
-    _contexts(tables, sessions, period_order, tolerance, r)
+    _contexts(tables, sessions, period_order, r)
+    _harness_fit(tables, sessions, turns_by, tolerance, r)
     _placements(tables, sessions, turns_by, r)
     return r.done({name: len(rows) for name, rows in tables.items()})
 
@@ -182,7 +192,7 @@ def _queries(queries: list[Query], sessions: dict[str, Session], turns_by: dict[
 
 
 def _contexts(t: dict[str, list[BaseModel]], sessions: dict[str, Session], period_order: list[str],
-              tolerance: float, r: _Report) -> None:
+              r: _Report) -> None:
     r.check("contexts: own or filler sessions, time and topic order, token sums, budget fill")
     profiles = {p.persona_id: message_tokens(profile_text(p)) for p in t["personas"]}
     rank = {name: i for i, name in enumerate(period_order)}
@@ -197,9 +207,32 @@ def _contexts(t: dict[str, list[BaseModel]], sessions: dict[str, Session], perio
         if (lay.n_tokens, filler) != (c.n_tokens, c.filler_tokens):
             r.error(f"contexts.n_tokens: {c.context_id} stores {c.n_tokens}/{c.filler_tokens} (total/filler), "
                     f"its sessions give {lay.n_tokens}/{filler}")
-        if not c.budget_tokens * (1 - tolerance) <= c.n_tokens <= c.budget_tokens:
-            r.error(f"contexts.n_tokens: {c.context_id} has {c.n_tokens} tokens, outside "
-                    f"[{c.budget_tokens * (1 - tolerance):.0f}, {c.budget_tokens}]")
+
+
+def _harness_fit(t: dict[str, list[BaseModel]], sessions: dict[str, Session], turns_by: dict[str, list[Turn]],
+                 tolerance: float, r: _Report) -> None:
+    """Each context within its budget as both harnesses receive it (pipeline/dataset/fit.py), the larger
+    ending within the tolerance below it; each placed question within PersonaMem's question reserve."""
+    r.check("contexts fit the budget as PersonaMem's script and LongMemEval's reader send them")
+    used = sorted({sid for c in t["contexts"] for sid in c.session_ids if sid in sessions})
+    lme = dict(zip(used, lme_session_tokens_many([turns_by.get(sid, []) for sid in used]), strict=True))
+    for c in t["contexts"]:
+        lme_total = sum(lme.get(sid, 0) for sid in c.session_ids)
+        fill = fill_tokens(c.budget_tokens, c.n_tokens, lme_total)
+        if not fits(c.budget_tokens, c.n_tokens, lme_total):
+            r.error(f"contexts.n_tokens: {c.context_id} sends {c.n_tokens} tokens of messages (cap "
+                    f"{pm_history_cap(c.budget_tokens)}) and {lme_total} of LongMemEval history (cap "
+                    f"{lme_history_cap(c.budget_tokens)}) for a budget of {c.budget_tokens}")
+        elif fill < c.budget_tokens * (1 - tolerance):
+            r.error(f"contexts.n_tokens: {c.context_id} fills {fill} of {c.budget_tokens} tokens, below "
+                    f"{c.budget_tokens * (1 - tolerance):.0f}")
+    queries = {q.query_id: q for q in t["queries"]}
+    asked = {p.query_id for p in t["placements"]}
+    for qid in sorted(asked & set(queries)):
+        q = queries[qid]
+        if (n := pm_ask_tokens(q.question, [o.text for o in q.options])) > PM_ASK_RESERVE:
+            r.error(f"queries.question: {qid} costs {n} tokens with its options, over the {PM_ASK_RESERVE} "
+                    "PersonaMem's budgets keep for it")
 
 
 def _context_members(c: Context, members: list[Session], rank: dict[str, int], r: _Report) -> None:
