@@ -220,9 +220,9 @@ def _harness_fit(t: dict[str, list[BaseModel]], sessions: dict[str, Session], tu
         lme_total = sum(lme.get(sid, 0) for sid in c.session_ids)
         fill = fill_tokens(c.budget_tokens, c.n_tokens, lme_total)
         if not fits(c.budget_tokens, c.n_tokens, lme_total):
-            r.error(f"contexts.n_tokens: {c.context_id} sends {c.n_tokens} tokens of messages (cap "
-                    f"{pm_history_cap(c.budget_tokens)}) and {lme_total} of LongMemEval history (cap "
-                    f"{lme_history_cap(c.budget_tokens)}) for a budget of {c.budget_tokens}")
+            r.error(f"contexts.n_tokens: {c.context_id} is over its budget of {c.budget_tokens} as the harnesses "
+                    f"receive it: {c.n_tokens} tokens of messages (cap {pm_history_cap(c.budget_tokens)}), "
+                    f"{lme_total} of LongMemEval history (cap {lme_history_cap(c.budget_tokens)})")
         elif fill < c.budget_tokens * (1 - tolerance):
             r.error(f"contexts.n_tokens: {c.context_id} fills {fill} of {c.budget_tokens} tokens, below "
                     f"{c.budget_tokens * (1 - tolerance):.0f}")
