@@ -57,11 +57,13 @@ def test_every_context_fills_its_budget_within_two_percent(bundle, profile, budg
         messages = context_messages(c, personas[c.persona_id], by_id)
         assert sum(message_tokens(m.content) for m in messages) == c.n_tokens
         lme_exact = count_tokens(lme_history(full_entry(c, by_id)))
-        assert c.n_tokens <= fit.pm_history_cap(c.budget_tokens)
+        ask = max(fit.pm_ask_tokens(q.question, [o.text for o in q.options]) for q in bundle.queries
+                  if q.persona_id == c.persona_id)
+        assert c.n_tokens <= fit.pm_history_cap(c.budget_tokens, ask)
         assert lme_exact <= fit.lme_history_cap(c.budget_tokens)
         estimate = sum(fit.lme_session_tokens_many([by_id[s].turns for s in c.session_ids]))
         assert lme_exact <= estimate
-        assert c.budget_tokens * 0.98 <= fit.fill_tokens(c.budget_tokens, c.n_tokens, estimate) <= c.budget_tokens
+        assert c.budget_tokens * 0.98 <= fit.fill_tokens(c.budget_tokens, c.n_tokens, estimate, ask) <= c.budget_tokens
         assert c.filler_tokens == sum(by_id[s].session.n_tokens for s in c.session_ids if by_id[s].session.kind == "filler")
 
 

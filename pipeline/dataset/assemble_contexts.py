@@ -25,7 +25,14 @@ from functools import lru_cache
 from pydantic import BaseModel, Field, PrivateAttr
 
 from pipeline.dataset.budget import count_sessions, date_text, message_tokens, profile_text
-from pipeline.dataset.fit import fill_tokens, fits, lme_history_cap, lme_session_tokens_many, pm_history_cap
+from pipeline.dataset.fit import (
+    fill_tokens,
+    fits,
+    lme_history_cap,
+    lme_session_tokens_many,
+    pm_ask_tokens,
+    pm_history_cap,
+)
 from pipeline.errors import UserError
 from pipeline.rng import derive_rng
 from schemas.context import AssemblySettings, ChatMessage, Context, Ordering, Placement, ProfileMode
@@ -215,11 +222,13 @@ def _assemble(
     priority = _topic_priority(own, focal, rng)
     profile_tokens = message_tokens(profile_text(persona))
     lme = dict(zip((s.session.session_id for s in own), lme_session_tokens_many([s.turns for s in own]), strict=True))
+    ask = max((pm_ask_tokens(q.question, [o.text for o in q.options]) for q in queries), default=0)
     result = PersonaAssembly()
     unplaced: Counter[str] = Counter()
     for budget in sorted(settings.budgets):
-        chosen = _choose_sessions(own, priority, budget, profile_tokens, settings, persona.persona_id, lme)
-        context = _build_context(persona, chosen, focal, ordering, budget, profile_tokens, pool, settings, run_seed, lme)
+        chosen = _choose_sessions(own, priority, budget, profile_tokens, settings, persona.persona_id, lme, ask)
+        context = _build_context(persona, chosen, focal, ordering, budget, profile_tokens, pool, settings, run_seed,
+                                 lme, ask)
         result.contexts.append(context)
         placements = place_queries(context, {s.session.session_id: s for s in chosen}, queries, pool, profile_tokens)
         result.placements.extend(placements.placements)
@@ -251,13 +260,14 @@ def _choose_sessions(
     settings: AssemblySettings,
     persona_id: str,
     lme: dict[str, int],
+    ask: int,
 ) -> list[SessionWithTurns]:
     """Whole topics, by priority, while the persona's own messages stay within ``max_persona_fraction``
     (and within both harnesses' history caps); then, where room is left, the earliest sessions of the
     remaining topics (a causal prefix of each), so the persona's own text fills the context before any
     filler does."""
     share = int(budget * settings.max_persona_fraction)
-    cap = min(share, pm_history_cap(budget))
+    cap = min(share, pm_history_cap(budget, ask))
     lme_cap = min(share, lme_history_cap(budget))
     per_session = settings.profile == "per_session"
 
@@ -302,6 +312,7 @@ def _build_context(
     settings: AssemblySettings,
     run_seed: int,
     lme: dict[str, int],
+    ask: int,
 ) -> Context:
     """Pick filler so that both harnesses receive the context within the budget, the larger of the two
     ending within the tolerance below it; then interleave it at session boundaries per the ordering mode."""
@@ -312,7 +323,7 @@ def _build_context(
         own_tokens += sum(date_tokens(s.session.time.date()) for s in chosen)
     per_filler = max((date_tokens(s.session.time.date()) for s in chosen), default=0) if dated else 0
     own_lme = sum(lme[s.session.session_id] for s in chosen)
-    fillers, rng, fill = _fitting_filler(pool, budget, own_tokens, own_lme, per_filler,
+    fillers, rng, fill = _fitting_filler(pool, budget, own_tokens, own_lme, per_filler, ask,
                                          lambda: derive_rng(run_seed, persona.persona_id, STAGE, budget))
     if fill < budget * (1 - settings.tolerance):
         raise AssemblyError(
@@ -347,7 +358,7 @@ def _build_context(
 
 
 def _fitting_filler(
-    pool: FillerPool, budget: int, own_tokens: int, own_lme: int, per_filler: int,
+    pool: FillerPool, budget: int, own_tokens: int, own_lme: int, per_filler: int, ask: int,
     new_rng: Callable[[], random.Random],
 ) -> tuple[list[str], random.Random, int]:
     """Filler ids that fit both harnesses, the RNG after picking them, and the fill (``fit.fill_tokens``).
@@ -358,20 +369,21 @@ def _fitting_filler(
     chat_cost: Callable[[Session], int] = lambda s: s.n_tokens + per_filler  # noqa: E731
     lme_cost: Callable[[Session], int] = lambda s: pool.lme_tokens[s.session_id]  # noqa: E731
     best: tuple[int, list[str], random.Random] | None = None
-    for cost, room in ((lme_cost, lme_history_cap(budget) - own_lme), (chat_cost, pm_history_cap(budget) - own_tokens)):
+    chat_cap, lme_cap = pm_history_cap(budget, ask), lme_history_cap(budget)
+    for cost, room in ((lme_cost, lme_cap - own_lme), (chat_cost, chat_cap - own_tokens)):
         for _ in range(FIT_ROUNDS):
             rng = new_rng()
             picked = _pick_filler(pool, room, rng, cost)
             chat = own_tokens + sum(chat_cost(s) for s in picked)
             lme_total = own_lme + sum(lme_cost(s) for s in picked)
-            if fits(budget, chat, lme_total):
-                fill = fill_tokens(budget, chat, lme_total)
+            if fits(budget, chat, lme_total, ask):
+                fill = fill_tokens(budget, chat, lme_total, ask)
                 if best is None or fill > best[0]:
                     best = (fill, [s.session_id for s in picked], rng)
                 break
-            room -= max(chat - pm_history_cap(budget), lme_total - lme_history_cap(budget))
+            room -= max(chat - chat_cap, lme_total - lme_cap)
     if best is None:
-        return [], new_rng(), fill_tokens(budget, own_tokens, own_lme)
+        return [], new_rng(), fill_tokens(budget, own_tokens, own_lme, ask)
     return best[1], best[2], best[0]
 
 

@@ -7,9 +7,10 @@ room kept for what follows the history. Two harnesses read our exports:
   messages, then one user message with the question, its instruction and the options; for a model
   whose name contains an "o" (gpt-4o, o1, o3-mini) it first folds every system message into the next
   message. The history is counted with the message rule (``budget.message_tokens``: content plus 4 per
-  message, never less than what the folded messages cost), and ``PM_RESERVE`` is kept for the question
-  message (``PM_ASK_RESERVE``: question, instruction and options; validation checks each row's) and
-  the answer (``PM_ANSWER_RESERVE``). So a row sent costs at most the budget.
+  message, never less than what the folded messages cost); after it come the question message
+  (question, instruction and options, ``pm_ask_tokens``) and the answer (``PM_ANSWER_RESERVE``). A
+  context keeps room for its persona's longest question, and each row sent costs at most the budget:
+  ``Placement.context_tokens + pm_ask_tokens + pm_answer_reserve <= budget`` (validation checks it).
 - LongMemEval's ``run_generation.py`` (orig-session, ``--history_format json``) writes each session as
   ``\\n### Session N:\\nSession Date: D\\nSession Content:\\n\\n<json.dumps(turns)>\\n`` (ASCII-escaped
   JSON, ``has_answer`` removed) and truncates the history to ``model_max_length - gen_length - 1000``
@@ -33,7 +34,6 @@ from pipeline.tokens import count_tokens, encoding
 PM_INSTRUCTION = ("Find the most appropriate model response and give your final answer (a), (b), (c), or (d) "
                   "after the special token <final_answer>.")
 PM_ANSWER_RESERVE = 1000  # the model's answer, reasoning before <final_answer> included
-PM_ASK_RESERVE = 500  # the last user message: question, instruction and options (about 100-250 in practice)
 PM_REPLY_PRIMING = 3  # OpenAI's chat format primes every reply with 3 tokens
 LME_GEN_LENGTH = 800  # run_generation.py's gen_length with --cot true (500 without)
 LME_PROMPT_RESERVE = 1000  # what run_generation.py keeps for its template and the question
@@ -51,14 +51,15 @@ def _capped(reserve: int, budget: int) -> int:
     return min(reserve, int(budget * RESERVE_SHARE))
 
 
-def pm_reserve(budget: int) -> int:
-    """Tokens of a PersonaMem budget kept after the history: the question message and the answer."""
-    return _capped(PM_ASK_RESERVE + PM_ANSWER_RESERVE, budget)
+def pm_answer_reserve(budget: int) -> int:
+    """Tokens of a PersonaMem budget kept for the model's answer."""
+    return _capped(PM_ANSWER_RESERVE, budget)
 
 
-def pm_history_cap(budget: int) -> int:
-    """The most a context's history may cost under the message rule in a PersonaMem export."""
-    return budget - pm_reserve(budget)
+def pm_history_cap(budget: int, ask: int) -> int:
+    """The most a context's history may cost under the message rule when its longest question message
+    costs ``ask`` (``pm_ask_tokens``)."""
+    return budget - pm_answer_reserve(budget) - ask
 
 
 def lme_reserve(budget: int) -> int:
@@ -105,11 +106,12 @@ def lme_session_tokens_many(sessions: Sequence[Sequence[TurnLike]]) -> list[int]
             for turns in sessions]
 
 
-def fill_tokens(budget: int, chat_tokens: int, lme_tokens: int) -> int:
+def fill_tokens(budget: int, chat_tokens: int, lme_tokens: int, ask: int) -> int:
     """How much of ``budget`` a context takes: the larger of its two harness costs, each with its reserve."""
-    return max(chat_tokens + pm_reserve(budget), lme_tokens + lme_reserve(budget))
+    return max(chat_tokens + ask + pm_answer_reserve(budget), lme_tokens + lme_reserve(budget))
 
 
-def fits(budget: int, chat_tokens: int, lme_tokens: int) -> bool:
-    """Whether both harnesses receive the whole context within ``budget``."""
-    return chat_tokens <= pm_history_cap(budget) and lme_tokens <= lme_history_cap(budget)
+def fits(budget: int, chat_tokens: int, lme_tokens: int, ask: int) -> bool:
+    """Whether both harnesses receive the whole context (its longest question message costing ``ask``)
+    within ``budget``."""
+    return chat_tokens <= pm_history_cap(budget, ask) and lme_tokens <= lme_history_cap(budget)

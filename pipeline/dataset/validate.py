@@ -11,7 +11,6 @@ from pydantic import BaseModel
 from pipeline.dataset.assemble_contexts import layout, place_query, turn_prefix
 from pipeline.dataset.budget import message_tokens, profile_text
 from pipeline.dataset.fit import (
-    PM_ASK_RESERVE,
     fill_tokens,
     fits,
     lme_history_cap,
@@ -211,28 +210,26 @@ def _contexts(t: dict[str, list[BaseModel]], sessions: dict[str, Session], perio
 
 def _harness_fit(t: dict[str, list[BaseModel]], sessions: dict[str, Session], turns_by: dict[str, list[Turn]],
                  tolerance: float, r: _Report) -> None:
-    """Each context within its budget as both harnesses receive it (pipeline/dataset/fit.py), the larger
-    ending within the tolerance below it; each placed question within PersonaMem's question reserve."""
+    """Each context within its budget as both harnesses receive it (pipeline/dataset/fit.py): every row's
+    history, question message and answer reserve for PersonaMem's script, the JSON history for
+    LongMemEval's reader; the larger ending within the tolerance below the budget."""
     r.check("contexts fit the budget as PersonaMem's script and LongMemEval's reader send them")
     used = sorted({sid for c in t["contexts"] for sid in c.session_ids if sid in sessions})
     lme = dict(zip(used, lme_session_tokens_many([turns_by.get(sid, []) for sid in used]), strict=True))
+    queries = {q.query_id: q for q in t["queries"]}
+    asks: dict[str, int] = defaultdict(int)
+    for p in t["placements"]:
+        if (q := queries.get(p.query_id)) is not None:
+            asks[p.context_id] = max(asks[p.context_id], pm_ask_tokens(q.question, [o.text for o in q.options]))
     for c in t["contexts"]:
-        lme_total = sum(lme.get(sid, 0) for sid in c.session_ids)
-        fill = fill_tokens(c.budget_tokens, c.n_tokens, lme_total)
-        if not fits(c.budget_tokens, c.n_tokens, lme_total):
+        lme_total, ask = sum(lme.get(sid, 0) for sid in c.session_ids), asks[c.context_id]
+        if not fits(c.budget_tokens, c.n_tokens, lme_total, ask):
             r.error(f"contexts.n_tokens: {c.context_id} is over its budget of {c.budget_tokens} as the harnesses "
-                    f"receive it: {c.n_tokens} tokens of messages (cap {pm_history_cap(c.budget_tokens)}), "
-                    f"{lme_total} of LongMemEval history (cap {lme_history_cap(c.budget_tokens)})")
-        elif fill < c.budget_tokens * (1 - tolerance):
+                    f"receive it: {c.n_tokens} tokens of messages (cap {pm_history_cap(c.budget_tokens, ask)} with "
+                    f"its longest question), {lme_total} of LongMemEval history (cap {lme_history_cap(c.budget_tokens)})")
+        elif (fill := fill_tokens(c.budget_tokens, c.n_tokens, lme_total, ask)) < c.budget_tokens * (1 - tolerance):
             r.error(f"contexts.n_tokens: {c.context_id} fills {fill} of {c.budget_tokens} tokens, below "
                     f"{c.budget_tokens * (1 - tolerance):.0f}")
-    queries = {q.query_id: q for q in t["queries"]}
-    asked = {p.query_id for p in t["placements"]}
-    for qid in sorted(asked & set(queries)):
-        q = queries[qid]
-        if (n := pm_ask_tokens(q.question, [o.text for o in q.options])) > PM_ASK_RESERVE:
-            r.error(f"queries.question: {qid} costs {n} tokens with its options, over the {PM_ASK_RESERVE} "
-                    "PersonaMem's budgets keep for it")
 
 
 def _context_members(c: Context, members: list[Session], rank: dict[str, int], r: _Report) -> None:
