@@ -26,6 +26,7 @@ from pydantic import BaseModel, Field, PrivateAttr
 
 from pipeline.dataset.budget import count_sessions, date_text, message_tokens, profile_text
 from pipeline.dataset.fit import (
+    fill_floor,
     fill_tokens,
     fits,
     lme_history_cap,
@@ -325,7 +326,7 @@ def _build_context(
     own_lme = sum(lme[s.session.session_id] for s in chosen)
     fillers, rng, fill = _fitting_filler(pool, budget, own_tokens, own_lme, per_filler, ask,
                                          lambda: derive_rng(run_seed, persona.persona_id, STAGE, budget))
-    if fill < budget * (1 - settings.tolerance):
+    if fill < fill_floor(budget, settings.tolerance, min(pool.lme_tokens.values(), default=0)):
         raise AssemblyError(
             f"filler pool: {len(pool.sessions)} sessions ({sum(f.n_tokens for f in pool.sessions)} tokens) cannot fill the "
             f"{budget}-token context of persona {persona.persona_id} (reached {fill})"

@@ -19,7 +19,9 @@ room kept for what follows the history. Two harnesses read our exports:
 
 Below 18,000 tokens (test budgets) each reserve is capped at a tenth of the budget. A context fits when
 both counts fit (``fits``); assembly fills it so that the larger of the two, reserve included, ends
-within the tolerance below the budget (``fill_tokens``).
+within the tolerance below the budget (``fill_tokens``), or, where whole filler sessions are too coarse
+for both caps at once (budgets of a few thousand tokens), less than the smallest filler session below
+that (``fill_floor``).
 """
 
 from __future__ import annotations
@@ -115,3 +117,9 @@ def fits(budget: int, chat_tokens: int, lme_tokens: int, ask: int) -> bool:
     """Whether both harnesses receive the whole context (its longest question message costing ``ask``)
     within ``budget``."""
     return chat_tokens <= pm_history_cap(budget, ask) and lme_tokens <= lme_history_cap(budget)
+
+
+def fill_floor(budget: int, tolerance: float, smallest_filler: int) -> float:
+    """The least a context may fill: the tolerance below the budget, less one filler session (the smallest,
+    in LongMemEval's JSON): no pick of whole sessions may land closer under both caps."""
+    return budget * (1 - tolerance) - smallest_filler
