@@ -63,7 +63,7 @@ def test_personamem_export_round_trips(published, tmp_path):
     ds = load(published)
     files = export_personamem(ds, tmp_path)
     assert sorted(f.path.name for f in files) == [
-        "questions_4k.csv", "questions_8k.csv", "shared_contexts_4k.jsonl", "shared_contexts_8k.jsonl"]
+        "README.md", "questions_4k.csv", "questions_8k.csv", "shared_contexts_4k.jsonl", "shared_contexts_8k.jsonl"]
     turns = {(t.session_id, t.turn_index): t for t in ds.turns}
     queries = {q.query_id: q for q in ds.queries}
     checked = 0

@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from pipeline.dataset import fit
-from pipeline.dataset.files import export_folder, write_csv, write_jsonl
+from pipeline.dataset.files import export_folder, write_csv, write_jsonl, write_text
 from pipeline.dataset.fit import letter
 from pipeline.dataset.reading import Dataset
 from pipeline.errors import UserError
@@ -77,7 +77,30 @@ def export_personamem(ds: Dataset, out: Path) -> list[ExportedFile]:
         questions = out / f"questions_{label}.csv"
         files.append(ExportedFile(path=questions, rows=write_csv(questions, QUESTION_COLUMNS,
                                                                  personamem_rows(ds, contexts))))
+    readme = out / "README.md"
+    files.append(ExportedFile(path=readme, rows=write_text(readme, personamem_readme(ds, sorted(labels.values())))))
     return files
+
+
+def personamem_readme(ds: Dataset, labels: list[str]) -> str:
+    """The export folder's README.md: what the files are, the command that reads them, how a row is counted."""
+    first = labels[0] if labels else "32k"
+    return (
+        f"# PersonaMem format: {ds.path.parent.name} {ds.path.name}\n\n"
+        "Written by `personagen export personamem`, in the format of PersonaMem's released data "
+        "(github.com/bowen-upenn/PersonaMem). Per budget (`<size>`: " + ", ".join(labels) + "):\n\n"
+        "- `questions_<size>.csv`: one row per placed question, PersonaMem's 15 columns then `stereotypical`; "
+        "`all_options` is a JSON list, `correct_answer` the letter; the three distance columns are blank for a "
+        "question without evidence (an abstention).\n"
+        "- `shared_contexts_<size>.jsonl`: one `{context_id: [messages]}` object per line; a row's history is "
+        "`messages[:end_index_in_shared_context]`.\n\n"
+        "Read by PersonaMem's script, in its checkout (with its `config.yaml` and `api_tokens/openai_key.txt`):\n\n"
+        f"    python inference_standalone_openai.py --step evaluate --model gpt-4o --question_path "
+        f"DIR/questions_{first}.csv --context_path DIR/shared_contexts_{first}.jsonl --result_path results_{first}.csv\n\n"
+        "Each row as that script sends it (history, then the question, instruction and options; system "
+        f"messages folded in for o-family models) plus {fit.PM_ANSWER_RESERVE:,} tokens for the answer is at "
+        "most the budget (`o200k_base`, 4 tokens a message). The version's README.md has the field glossary.\n"
+    )
 
 
 def personamem_rows(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:

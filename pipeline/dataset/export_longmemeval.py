@@ -32,7 +32,8 @@ from pipeline.dataset.export import (
     placements_by_context,
     size_labels,
 )
-from pipeline.dataset.files import export_folder, write_json_list
+from pipeline.dataset.files import export_folder, write_json_list, write_text
+from pipeline.dataset.fit import lme_history_cap
 from pipeline.dataset.reading import Dataset
 from schemas.context import Context, Placement
 from schemas.conversation import SessionWithTurns
@@ -70,7 +71,32 @@ def export_longmemeval(ds: Dataset, out: Path, budget: int | None = None) -> lis
             contexts = [c for c in ds.contexts if c.budget_tokens == size]
             path = out / f"longmemeval_{label}.json"
             files.append(ExportedFile(path=path, rows=write_json_list(path, longmemeval_entries(ds, contexts))))
+    readme = out / "README.md"
+    files.append(ExportedFile(path=readme, rows=write_text(readme, longmemeval_readme(ds, files))))
     return files
+
+
+def longmemeval_readme(ds: Dataset, files: list[ExportedFile]) -> str:
+    """The export folder's README.md: what the files are, the commands that read them, the history cap."""
+    names = [f.path.name for f in files]
+    first = names[0] if names else "longmemeval_32k.json"
+    caps = ", ".join(f"{lme_history_cap(b):,} for {label}"
+                     for b, label in sorted(size_labels({c.budget_tokens for c in ds.contexts}).items()))
+    return (
+        f"# LongMemEval format: {ds.path.parent.name} {ds.path.name}\n\n"
+        "Written by `personagen export longmemeval`, in the format of `longmemeval_s` "
+        "(github.com/xiaowu0162/LongMemEval): " + ", ".join(f"`{n}`" for n in names) + ", one JSON list per budget, "
+        "one entry per placed question. The haystack is the history before the question; evidence sessions are "
+        "`answer_<id>` with `has_answer` on their turns; a question without evidence is an `_abs` entry; our type "
+        "is in `personamem_question_type`, the choices in `options`.\n\n"
+        "Read by LongMemEval's reader, in its `src/generation`:\n\n"
+        f"    python run_generation.py --in_file DIR/{first} --out_dir out --model_name gpt-4o --model_alias gpt-4o "
+        "--openai_key KEY --retriever_type orig-session --topk_context 1000 --history_format json --useronly false "
+        "--cot true\n\n"
+        "then `src/evaluation/evaluate_qa.py` and `print_qa_metrics.py` on its output. Each entry's history, in "
+        "the reader's JSON format and `o200k_base` tokens, is within its cap for a model of the budget's length "
+        f"(its length less 1,800: {caps}), so the reader never truncates it.\n"
+    )
 
 
 def longmemeval_entries(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:
