@@ -15,6 +15,8 @@ import ast
 import csv
 import json
 import re
+import shlex
+import shutil
 
 import pytest
 from typer.testing import CliRunner
@@ -256,3 +258,25 @@ def test_a_budget_the_version_lacks_is_one_line_for_every_export(smoke, tmp_path
         assert result.exit_code == 2 and "--budget 32,000" in result.output and "1,500, 2,000" in result.output
         result = runner.invoke(app, ["export", kind, str(smoke), "--out", str(tmp_path / out), "--budget", "lots"])
         assert result.exit_code == 2 and "32k, 128000 or 1M" in result.output
+
+
+def test_every_personagen_command_of_the_card_runs_as_pasted_in_the_version_folder(smoke, tmp_path, monkeypatch):
+    """The card's commands, taken from the published README.md, run in a copy of the version folder (`.`)."""
+    version = tmp_path / "personamem" / "v0001"
+    shutil.copytree(smoke, version)
+    for path in version.iterdir():
+        path.chmod(0o644)
+    card = (version / "README.md").read_text(encoding="utf-8")
+    commands = sorted(set(re.findall(r"`(personagen [^`]+)`", card)))
+    assert {c.split()[1] for c in commands} >= {"export", "eval"}
+    assert any(c.startswith("personagen export longmemeval . ") for c in commands)
+    monkeypatch.chdir(version)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    models = tuple(sorted({m.split("openai:")[1].split()[0] for m in commands if "openai:" in m}))
+    with OpenAIServer(responder=lambda body: "<final_answer>(a)", models=models) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        for command in commands:
+            result = CliRunner().invoke(app, shlex.split(command)[1:])
+            assert result.exit_code == 0, (command, result.output)
+    assert (version / "pm" / "README.md").is_file() and (version / "lme" / "README.md").is_file()
+    assert (version / "all.jsonl").stat().st_size > 0

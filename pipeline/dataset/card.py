@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel
 
 from pipeline.baselines import chance_accuracy, lexical_overlap_accuracy, longest_option_accuracy
+from pipeline.dataset.export import size_labels
 from pipeline.dataset.fit import PM_ANSWER_RESERVE, lme_history_cap, pm_answer_reserve
 from schemas.manifest import Manifest
 
@@ -150,7 +151,7 @@ def _baselines(queries: list, probe: dict | None = None) -> str:
     return ("## No-context baselines\n\nAccuracy of answering without any history (ties split evenly). "
             "Values near chance mean the options do not give the answer away. The probe is a logistic "
             "regression on word n-grams and lengths of each (question, option), trained on other personas "
-            "(`personagen audit` reruns it).\n\n"
+            "(`personagen audit .` reruns it).\n\n"
             + _table(["baseline", "accuracy"], rows))
 
 
@@ -189,12 +190,12 @@ def _evaluating(manifest: Manifest) -> str:
     """Where evaluations of this version go: they come after publishing, and this card is checksummed."""
     return (
         "## Evaluating\n\n"
-        f"`personagen eval {manifest.dataset} --suite --llm MODEL` asks a model every placed query with the whole "
+        "`personagen eval . --suite --llm openai:gpt-4o-mini` asks a model every placed query with the whole "
         "history (`mcq`), none (`no-context`), only the evidence sessions (`oracle`), the latest turns (`recent`) "
         "and BM25-retrieved sessions or turns (`rag`), beside model-free references (chance, longest option, "
         "word overlap, and a retrieval reader with no model), and reports the memory gap per type. Results go to "
         "`evals/<name>/` beside these tables (`summary.md`, `summary.json`, `results.parquet`), and "
-        "`personagen report` shows every eval in `report/report.html`. This card is written once, when the "
+        "`personagen report .` shows every eval in `report/report.html`. This card is written once, when the "
         "version is published (manifest.json holds its checksum), so it never lists evaluations made later.\n"
     )
 
@@ -228,6 +229,8 @@ def _limitations() -> str:
 def _exports(tables: dict[str, list[BaseModel]]) -> str:
     """The exports, the harness that reads each, the commands (run in this folder) and how a budget is counted."""
     budgets = sorted({c.budget_tokens for c in tables.get("contexts", [])})
+    labels = size_labels(budgets)
+    size = labels[budgets[0]] if budgets else "32k"
     rows = [[f"{b:,}", f"{b - pm_answer_reserve(b):,} minus the question message", f"{lme_history_cap(b):,}"]
             for b in budgets]
     return (
@@ -236,14 +239,14 @@ def _exports(tables: dict[str, list[BaseModel]]) -> str:
         "(`.` is this version).\n\n"
         "- **PersonaMem**: `personagen export personamem . --out pm` writes `pm/questions_<size>.csv` and "
         "`pm/shared_contexts_<size>.jsonl`; in a PersonaMem checkout, `python inference_standalone_openai.py "
-        "--step evaluate --model gpt-4o --question_path pm/questions_32k.csv --context_path "
-        "pm/shared_contexts_32k.jsonl --result_path results_32k.csv`.\n"
+        f"--step evaluate --model gpt-4o --question_path pm/questions_{size}.csv --context_path "
+        f"pm/shared_contexts_{size}.jsonl --result_path results_{size}.csv`.\n"
         "- **LongMemEval**: `personagen export longmemeval . --out lme` writes `lme/longmemeval_<size>.json`; in "
-        "LongMemEval's `src/generation`, `python run_generation.py --in_file lme/longmemeval_32k.json --out_dir out "
+        f"LongMemEval's `src/generation`, `python run_generation.py --in_file lme/longmemeval_{size}.json --out_dir out "
         "--model_name gpt-4o --model_alias gpt-4o --openai_key KEY --retriever_type orig-session --topk_context 1000 "
         "--history_format json --useronly false --cot true`, then `src/evaluation/evaluate_qa.py` and "
         "`print_qa_metrics.py` on its output.\n"
-        "- **Anything else** (pandas, polars, `datasets`): `personagen export jsonl . --out all.jsonl --budget 32k`, "
+        f"- **Anything else** (pandas, polars, `datasets`): `personagen export jsonl . --out all.jsonl --budget {size}`, "
         "one self-contained record per placed question with its messages. `--budget` reads `32k`, `128000` or "
         "`1M` in every command.\n"
         "- **personagen's own evaluation**: `personagen eval . --llm openai:gpt-4o-mini --limit 50` (PersonaMem's "
