@@ -17,6 +17,8 @@ import json
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
@@ -24,6 +26,7 @@ from typer.testing import CliRunner
 from pipeline.cli.app import app
 from pipeline.dataset import fit, load
 from pipeline.dataset.export import RELEASED_COLUMNS, option_strings
+from tests.conftest import REPO
 from tests.support.harness import personamem_request, request_tokens
 from tests.support.openai_server import OpenAIServer
 from tests.support.smoke import publish_smoke
@@ -280,3 +283,18 @@ def test_every_personagen_command_of_the_card_runs_as_pasted_in_the_version_fold
             assert result.exit_code == 0, (command, result.output)
     assert (version / "pm" / "README.md").is_file() and (version / "lme" / "README.md").is_file()
     assert (version / "all.jsonl").stat().st_size > 0
+
+
+def test_the_load_hints_generate_prints_run_as_printed(smoke, capsys):
+    """They name personagen's own interpreter: a bare `python` may be one without its packages."""
+    from pipeline.cli.generate import _summary
+
+    _summary(smoke)
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    hints = [line for line in lines if line.startswith(shlex.quote(sys.executable) + " -c")]
+    assert len(hints) == 2
+    for hint in hints:
+        done = subprocess.run(hint, shell=True, capture_output=True, text=True, timeout=120,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(REPO)})
+        assert done.returncode == 0, (hint, done.stderr)
+        assert done.stdout.strip()
