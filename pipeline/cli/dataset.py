@@ -28,7 +28,7 @@ def export_personamem(
     except UserError as exc:
         raise fail(exc) from None
     for f in files:
-        console.print(f"{f.path}  ({f.rows:,} rows)")
+        console.print(f"{f.path}" + ("" if f.path.suffix == ".md" else f"  ({f.rows:,} rows)"))
 
 
 @export_app.command("longmemeval")
@@ -47,7 +47,7 @@ def export_longmemeval(
     except UserError as exc:
         raise fail(exc) from None
     for f in files:
-        console.print(f"{f.path}  ({f.rows:,} entries)")
+        console.print(f"{f.path}" + ("" if f.path.suffix == ".md" else f"  ({f.rows:,} entries)"))
 
 
 @export_app.command("jsonl")
