@@ -76,7 +76,7 @@ def test_every_entry_reads_like_longmemeval_and_each_budget_has_its_file(smoke, 
     ds = load(smoke)
     files = sorted(p.name for p in exported.glob("*.json"))
     assert files == ["longmemeval_1500.json", "longmemeval_2000.json"]
-    assert "run_generation.py --in_file DIR/longmemeval_1500.json" in (exported / "README.md").read_text()
+    assert f"run_generation.py --in_file {exported / 'longmemeval_1500.json'} " in (exported / "README.md").read_text()
     total = 0
     for name in files:
         entries = json.loads((exported / name).read_text(encoding="utf-8"))

@@ -281,7 +281,8 @@ def test_every_personagen_command_of_the_card_runs_as_pasted_in_the_version_fold
         for command in commands:
             result = CliRunner().invoke(app, shlex.split(command)[1:])
             assert result.exit_code == 0, (command, result.output)
-    assert (version / "pm" / "README.md").is_file() and (version / "lme" / "README.md").is_file()
+    assert "--question_path pm/questions_1500.csv" in (version / "pm" / "README.md").read_text(encoding="utf-8")
+    assert "--in_file lme/longmemeval_1500.json" in (version / "lme" / "README.md").read_text(encoding="utf-8")
     assert (version / "all.jsonl").stat().st_size > 0
 
 

@@ -78,11 +78,11 @@ def export_personamem(ds: Dataset, out: Path) -> list[ExportedFile]:
         files.append(ExportedFile(path=questions, rows=write_csv(questions, QUESTION_COLUMNS,
                                                                  personamem_rows(ds, contexts))))
     readme = out / "README.md"
-    files.append(ExportedFile(path=readme, rows=write_text(readme, personamem_readme(ds, sorted(labels.values())))))
+    files.append(ExportedFile(path=readme, rows=write_text(readme, personamem_readme(ds, out, sorted(labels.values())))))
     return files
 
 
-def personamem_readme(ds: Dataset, labels: list[str]) -> str:
+def personamem_readme(ds: Dataset, out: Path, labels: list[str]) -> str:
     """The export folder's README.md: what the files are, the command that reads them, how a row is counted."""
     first = labels[0] if labels else "32k"
     return (
@@ -96,7 +96,8 @@ def personamem_readme(ds: Dataset, labels: list[str]) -> str:
         "`messages[:end_index_in_shared_context]`.\n\n"
         "Read by PersonaMem's script, in its checkout (with its `config.yaml` and `api_tokens/openai_key.txt`):\n\n"
         f"    python inference_standalone_openai.py --step evaluate --model gpt-4o --question_path "
-        f"DIR/questions_{first}.csv --context_path DIR/shared_contexts_{first}.jsonl --result_path results_{first}.csv\n\n"
+        f"{out / f'questions_{first}.csv'} --context_path {out / f'shared_contexts_{first}.jsonl'} "
+        f"--result_path results_{first}.csv\n\n"
         "Each row as that script sends it (history, then the question, instruction and options; system "
         f"messages folded in for o-family models) plus {fit.PM_ANSWER_RESERVE:,} tokens for the answer is at "
         "most the budget (`o200k_base`, 4 tokens a message). The version's README.md has the field glossary.\n"

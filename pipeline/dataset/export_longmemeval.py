@@ -79,7 +79,7 @@ def export_longmemeval(ds: Dataset, out: Path, budget: int | None = None) -> lis
 def longmemeval_readme(ds: Dataset, files: list[ExportedFile]) -> str:
     """The export folder's README.md: what the files are, the commands that read them, the history cap."""
     names = [f.path.name for f in files]
-    first = names[0] if names else "longmemeval_32k.json"
+    first = str(files[0].path) if files else "DIR/longmemeval_32k.json"
     caps = ", ".join(f"{lme_history_cap(b):,} for {label}"
                      for b, label in sorted(size_labels({c.budget_tokens for c in ds.contexts}).items()))
     return (
@@ -90,10 +90,12 @@ def longmemeval_readme(ds: Dataset, files: list[ExportedFile]) -> str:
         "`answer_<id>` with `has_answer` on their turns; a question without evidence is an `_abs` entry; our type "
         "is in `personamem_question_type`, the choices in `options`.\n\n"
         "Read by LongMemEval's reader, in its `src/generation`:\n\n"
-        f"    python run_generation.py --in_file DIR/{first} --out_dir out --model_name gpt-4o --model_alias gpt-4o "
+        f"    python run_generation.py --in_file {first} --out_dir out --model_name gpt-4o --model_alias gpt-4o "
         "--openai_key KEY --retriever_type orig-session --topk_context 1000 --history_format json --useronly false "
         "--cot true\n\n"
-        "then `src/evaluation/evaluate_qa.py` and `print_qa_metrics.py` on its output. Each entry's history, in "
+        "then `src/evaluation/evaluate_qa.py` and `print_qa_metrics.py` on its output (its types here: "
+        + ", ".join(sorted(set(LONGMEMEVAL_TYPES.values()) | {"multi-session"})) + "; with the other two absent, its "
+        "Task-averaged Accuracy is `nan`: read the per-task and Overall lines). Each entry's history, in "
         "the reader's JSON format and `o200k_base` tokens, is within its cap for a model of the budget's length "
         f"(its length less 1,800: {caps}), so the reader never truncates it.\n"
     )
