@@ -60,13 +60,14 @@ class FillerPool(BaseModel):
     _by_id: dict[str, Session] = PrivateAttr(default_factory=dict)
 
     @classmethod
-    def from_sessions(cls, sessions: Iterable[SessionWithTurns]) -> FillerPool:
+    def from_sessions(cls, sessions: Iterable[SessionWithTurns], lme: dict[str, int] | None = None) -> FillerPool:
+        """The pool of the filler among ``sessions``; ``lme``: their LongMemEval costs, when already counted."""
         fillers = sorted((s for s in sessions if s.session.kind == "filler"), key=lambda s: s.session.session_id)
         if any(s.session.n_tokens <= 0 for s in fillers):
             raise AssemblyError("sessions.n_tokens: filler sessions must be counted before assembly")
-        lme = lme_session_tokens_many([s.turns for s in fillers])
-        return cls(sessions=[s.session for s in fillers],
-                   lme_tokens={s.session.session_id: n for s, n in zip(fillers, lme, strict=True)})
+        lme = lme if lme is not None else lme_costs(fillers)
+        return cls(sessions=[s.session for s in fillers], lme_tokens={s.session.session_id: lme[s.session.session_id]
+                                                                      for s in fillers})
 
     def by_id(self) -> dict[str, Session]:
         if len(self._by_id) != len(self.sessions):
@@ -97,6 +98,13 @@ class Layout(BaseModel):
     tok_start: list[int] = Field(description="tokens before each session's first turn")
     n_messages: int
     n_tokens: int
+
+
+def lme_costs(sessions: Iterable[SessionWithTurns]) -> dict[str, int]:
+    """Session id -> what the session costs in LongMemEval's JSON history (``fit.lme_session_tokens_many``)."""
+    sessions = list(sessions)
+    return dict(zip((s.session.session_id for s in sessions), lme_session_tokens_many([s.turns for s in sessions]),
+                    strict=True))
 
 
 def slot_dates(session_ids: list[str], sessions: dict[str, Session]) -> list[datetime | None]:
@@ -170,7 +178,8 @@ def assemble_all(
 ) -> Assembly:
     """Count every session once, then assemble each persona's contexts against the shared filler pool."""
     counted = count_sessions(sessions)
-    pool = FillerPool.from_sessions(counted)
+    lme = lme_costs(counted)  # every session once, as count_sessions counts each once
+    pool = FillerPool.from_sessions(counted, lme)
     by_persona: dict[str, list[SessionWithTurns]] = defaultdict(list)
     for swt in counted:
         if swt.session.kind == "topic" and swt.session.persona_id is not None:
@@ -183,7 +192,7 @@ def assemble_all(
     unplaced: Counter[str] = Counter()
     for persona in personas:
         part = _assemble(persona, by_persona[persona.persona_id], queries_of[persona.persona_id],
-                         pool=pool, settings=settings, run_seed=run_seed)
+                         pool=pool, settings=settings, run_seed=run_seed, lme=lme)
         out.contexts.extend(part.contexts)
         out.placements.extend(part.placements)
         unplaced.update(part.unplaced)
@@ -212,6 +221,7 @@ def _assemble(
     pool: FillerPool,
     settings: AssemblySettings,
     run_seed: int,
+    lme: dict[str, int] | None = None,
 ) -> PersonaAssembly:
     own = sorted(sessions, key=lambda s: (s.session.time, s.session.session_id))
     for swt in own:
@@ -222,7 +232,8 @@ def _assemble(
     focal = _focal_topic(own, rng)
     priority = _topic_priority(own, focal, rng)
     profile_tokens = message_tokens(profile_text(persona))
-    lme = dict(zip((s.session.session_id for s in own), lme_session_tokens_many([s.turns for s in own]), strict=True))
+    if lme is None or any(s.session.session_id not in lme for s in own):
+        lme = lme_costs(own)
     ask = max((pm_ask_tokens(q.question, [o.text for o in q.options]) for q in queries), default=0)
     result = PersonaAssembly()
     unplaced: Counter[str] = Counter()
@@ -325,15 +336,17 @@ def _build_context(
     per_filler = max((date_tokens(s.session.time.date()) for s in chosen), default=0) if dated else 0
     own_lme = sum(lme[s.session.session_id] for s in chosen)
     fillers, rng, fill = _fitting_filler(pool, budget, own_tokens, own_lme, per_filler, ask,
-                                         lambda: derive_rng(run_seed, persona.persona_id, STAGE, budget))
+                                         lambda: derive_rng(run_seed, persona.persona_id, STAGE, budget),
+                                         full=budget * (1 - settings.tolerance))
     if fill < fill_floor(budget, settings.tolerance, min(pool.lme_tokens.values(), default=0)):
         raise AssemblyError(
             f"filler pool: {len(pool.sessions)} sessions ({sum(f.n_tokens for f in pool.sessions)} tokens) cannot fill the "
             f"{budget}-token context of persona {persona.persona_id} (reached {fill})"
         )
-    filler_tokens = sum(pool.by_id()[sid].n_tokens for sid in fillers)
+    by_id = pool.by_id()
+    filler_tokens = sum(by_id[sid].n_tokens for sid in fillers)
     total = own_tokens + filler_tokens + per_filler * len(fillers)  # an upper bound; the layout below is exact
-    slots = _filler_slots(chosen, focal, ordering, [(sid, pool.by_id()[sid].n_tokens) for sid in fillers],
+    slots = _filler_slots(chosen, focal, ordering, [(sid, by_id[sid].n_tokens) for sid in fillers],
                           settings.gap_fraction, rng)
     order: list[str] = []
     for i, swt in enumerate([*chosen, None]):
@@ -360,13 +373,14 @@ def _build_context(
 
 def _fitting_filler(
     pool: FillerPool, budget: int, own_tokens: int, own_lme: int, per_filler: int, ask: int,
-    new_rng: Callable[[], random.Random],
+    new_rng: Callable[[], random.Random], *, full: float,
 ) -> tuple[list[str], random.Random, int]:
     """Filler ids that fit both harnesses, the RNG after picking them, and the fill (``fit.fill_tokens``).
 
     Filler is picked to fill LongMemEval's JSON history exactly (usually the larger), then to fill the
     message-rule history exactly; a pick over either cap is retried with its room lowered by the excess.
-    The fullest pick that fits wins (the first on a tie), so the result depends on the seed alone."""
+    The first pick that fits and fills at least ``full`` wins, else the fullest that fits (the first on a
+    tie), so the result depends on the seed alone."""
     chat_cost: Callable[[Session], int] = lambda s: s.n_tokens + per_filler  # noqa: E731
     lme_cost: Callable[[Session], int] = lambda s: pool.lme_tokens[s.session_id]  # noqa: E731
     best: tuple[int, list[str], random.Random] | None = None
@@ -382,6 +396,8 @@ def _fitting_filler(
                 if best is None or fill > best[0]:
                     best = (fill, [s.session_id for s in picked], rng)
                 break
+        if best is not None and best[0] >= full:
+            break
             room -= max(chat - chat_cap, lme_total - lme_cap)
     if best is None:
         return [], new_rng(), fill_tokens(budget, own_tokens, own_lme, ask)

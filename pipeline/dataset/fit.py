@@ -26,6 +26,7 @@ that (``fill_floor``).
 
 from __future__ import annotations
 
+import gc
 import json
 from collections.abc import Sequence
 from typing import Protocol
@@ -104,8 +105,14 @@ def lme_session_tokens_many(sessions: Sequence[Sequence[TurnLike]]) -> list[int]
     five-digit session number and the longest date, plus ``LME_FRAME_SLACK``)."""
     encode = encoding().encode_ordinary
     frame = len(encode(LME_SESSION.format(99999, "2000/12/31 (Wed) 23:59", ""))) + LME_FRAME_SLACK
-    return [len(encode(json.dumps([{"role": t.role, "content": t.content} for t in turns]))) + frame
-            for turns in sessions]
+    enabled = gc.isenabled()
+    gc.disable()  # as budget.count_sessions does: many short-lived acyclic objects
+    try:
+        return [len(encode(json.dumps([{"role": t.role, "content": t.content} for t in turns]))) + frame
+                for turns in sessions]
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def fill_tokens(budget: int, chat_tokens: int, lme_tokens: int, ask: int) -> int:
