@@ -5,6 +5,9 @@ itself, the temporary server is in that group and dies at once, and the interrup
 a minute retrying its lost API before it ends in a traceback. Started here, the server is outside the
 group: the run stops its model calls, reports its state, and Prefect's own exit hook stops the server.
 On Linux the server also gets SIGTERM when this process dies (kill -9 leaves no server behind).
+Prefect's exit hook logs "Stopping temporary server"; when the stream its handler writes to is
+already closed (pytest closes its capture before the interpreter's exit hooks run), that line is
+dropped instead of ending the output in a "--- Logging error ---" traceback.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import logging
 import signal
 import subprocess
 import sys
@@ -42,11 +46,54 @@ def _popen_in_own_group(module: types.ModuleType):
         module.subprocess = real
 
 
+def closed_streams(logger: logging.Logger) -> bool:
+    """Whether a handler ``logger`` reaches (itself, then its parents while records propagate) writes to a
+    closed stream."""
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if getattr(getattr(handler, "stream", None), "closed", False):
+                return True
+        current = current.parent if current.propagate else None
+    return False
+
+
+@contextlib.contextmanager
+def quiet_when_closed(logger: logging.Logger):
+    """While active, ``logger`` drops its records if any of its handlers' streams is closed."""
+    if not closed_streams(logger):
+        yield
+        return
+    disabled, logger.disabled = logger.disabled, True
+    try:
+        yield
+    finally:
+        logger.disabled = disabled
+
+
 def uses_temporary_server() -> bool:
     """Whether a flow run here would start Prefect's temporary server (no PREFECT_API_URL set)."""
     from prefect.settings import PREFECT_API_URL, PREFECT_SERVER_EPHEMERAL_ENABLED
 
     return not PREFECT_API_URL.value() and bool(PREFECT_SERVER_EPHEMERAL_ENABLED.value())
+
+
+@functools.cache
+def own_group_server() -> type:
+    """Prefect's ``SubprocessASGIServer``, started in a process group of its own and stopped quietly once
+    the output is closed."""
+    import prefect.server.api.server as module
+
+    class OwnGroupServer(module.SubprocessASGIServer):
+        def _run_uvicorn_command(self) -> subprocess.Popen:
+            with _popen_in_own_group(module):
+                return super()._run_uvicorn_command()
+
+        def stop(self) -> None:  # also Prefect's exit hook (atexit holds this bound method)
+            with quiet_when_closed(module.subprocess_server_logger):
+                super().stop()
+
+    return OwnGroupServer
 
 
 def start_temporary_server() -> int | None:
@@ -57,17 +104,11 @@ def start_temporary_server() -> int | None:
     """
     if not uses_temporary_server():
         return None
-    import prefect.server.api.server as module
-
-    class OwnGroupServer(module.SubprocessASGIServer):
-        def _run_uvicorn_command(self) -> subprocess.Popen:
-            with _popen_in_own_group(module):
-                return super()._run_uvicorn_command()
-
+    server_class = own_group_server()
     from prefect.settings import PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS
 
     timeout = max(STARTUP_TIMEOUT_S, PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS.value())
-    server = OwnGroupServer()  # the process-wide instance: an already running one is returned as it is
+    server = server_class()  # the process-wide instance: an already running one is returned as it is
     try:
         server.start(timeout=timeout)
     except RuntimeError as exc:  # Prefect's message carries the server's whole output

@@ -6,12 +6,15 @@ import pytest
 
 from pipeline.dataset import assemble_contexts as assemble_module
 from pipeline.dataset import budget as budget_module
-from pipeline.dataset.assemble_contexts import AssemblyError, assemble_all, context_messages
+from pipeline.dataset import fit
+from pipeline.dataset.assemble_contexts import AssemblyError, assemble_all, context_messages, slot_dates
 from pipeline.dataset.budget import MESSAGE_OVERHEAD, message_tokens, message_tokens_many
+from pipeline.dataset.export_longmemeval import lme_date
 from pipeline.tokens import count_tokens
 from schemas.context import AssemblySettings
 from schemas.query import Evidence
 from tests.support.factories import make_bundle, make_filler_pool, tiny_config
+from tests.support.harness import lme_history
 
 
 @pytest.fixture(scope="module")
@@ -29,6 +32,14 @@ def _sessions(assembly):
     return {s.session.session_id: s for s in assembly.sessions}
 
 
+def full_entry(context, by_id) -> dict:
+    """A LongMemEval entry holding the whole context (every row's haystack is a prefix of it)."""
+    dates = slot_dates(context.session_ids, {sid: by_id[sid].session for sid in context.session_ids})
+    return {"haystack_dates": [lme_date(d) for d in dates],
+            "haystack_sessions": [[{"role": t.role, "content": t.content} for t in by_id[sid].turns]
+                                  for sid in context.session_ids]}
+
+
 def test_message_tokens_is_content_plus_overhead():
     assert message_tokens("I like slow-cooked ramen.") == count_tokens("I like slow-cooked ramen.") + MESSAGE_OVERHEAD
 
@@ -43,9 +54,16 @@ def test_every_context_fills_its_budget_within_two_percent(bundle, profile, budg
     by_id = _sessions(result)
     assert len(result.contexts) == len(bundle.personas) * len(budgets)
     for c in result.contexts:
-        assert c.budget_tokens * 0.98 <= c.n_tokens <= c.budget_tokens
         messages = context_messages(c, personas[c.persona_id], by_id)
         assert sum(message_tokens(m.content) for m in messages) == c.n_tokens
+        lme_exact = count_tokens(lme_history(full_entry(c, by_id)))
+        ask = max(fit.pm_ask_tokens(q.question, [o.text for o in q.options]) for q in bundle.queries
+                  if q.persona_id == c.persona_id)
+        assert c.n_tokens <= fit.pm_history_cap(c.budget_tokens, ask)
+        assert lme_exact <= fit.lme_history_cap(c.budget_tokens)
+        estimate = sum(fit.lme_session_tokens_many([by_id[s].turns for s in c.session_ids]))
+        assert lme_exact <= estimate
+        assert c.budget_tokens * 0.98 <= fit.fill_tokens(c.budget_tokens, c.n_tokens, estimate, ask) <= c.budget_tokens
         assert c.filler_tokens == sum(by_id[s].session.n_tokens for s in c.session_ids if by_id[s].session.kind == "filler")
 
 

@@ -116,3 +116,29 @@ def test_card_points_at_the_evals_made_after_publishing(card):
     body = card[0].split("---\n", 2)[2]
     assert "## Evaluating" in body and "--suite" in body and "`evals/<name>/`" in body
     assert "never lists evaluations made later" in body
+
+
+def test_with_sharegpt_filler_the_licence_is_stated_per_part_and_the_yaml_names_the_mix():
+    from pipeline.dataset.card import _licences, front_matter
+    from schemas.manifest import Manifest
+
+    stats = {"license": "cc-by-4.0", "filler_conversation_ids": ["a", "b"], "filler_dataset": "ShareGPT V3",
+             "filler_terms": "check the terms."}
+    manifest = Manifest.model_construct(dataset="d", version="v0001", stats=stats)
+    meta = yaml.safe_load(front_matter(manifest, 10).split("---\n")[1])
+    assert meta["license"] == "other" and "cc-by-4.0" in meta["license_name"] and "ShareGPT" in meta["license_name"]
+    plain = Manifest.model_construct(dataset="d", version="v0001", stats={"license": "cc-by-4.0"})
+    assert yaml.safe_load(front_matter(plain, 10).split("---\n")[1])["license"] == "cc-by-4.0"
+    text = _licences(stats, {"contexts": []})
+    assert "Generated text" in text and "`cc-by-4.0`" in text and "ShareGPT V3" in text and "check the terms." in text
+
+
+def test_card_has_the_glossary_and_how_each_harness_counts_a_budget(card):
+    text, _ = card
+    glossary = text.split("## Field glossary")[1].split("\n## ")[0]
+    for needle in ("`correct_index`", "0-based", "`messages[:end_index]`", "`num_irrelevant_tokens`", "`null`",
+                   "`abstention`", "`no_change`", "without a time zone", "plus 4 a message"):
+        assert needle in glossary, needle
+    exports = text.split("## Exports and the harnesses that read them")[1].split("\n## ")[0]
+    assert "126,200 at 128k" in exports and "inference_standalone_openai.py" in exports
+    assert "run_generation.py" in exports and "personagen eval . " in exports

@@ -78,6 +78,10 @@ def test_calls_that_fail_are_reported_apart_exit_non_zero_and_are_asked_again_on
             server.schedule(index, "server_error")
         _server_env(monkeypatch, server)
         result = _eval(version, tmp_path, *args)
+        # the distinct requests that never got an answer (two placements may send the very same history and
+        # question: the rerun answers both from one call)
+        answered = {json.dumps(body["messages"]) for body in server.bodies[:10]}
+        failed = {json.dumps(body["messages"]) for body in server.bodies[10:]} - answered
     assert result.exit_code == 1 and _one_line(result) == (
         "error: 6 model or judge calls failed and are not scored; rerun the same command to retry them (every "
         "finished call is cached)")
@@ -90,7 +94,7 @@ def test_calls_that_fail_are_reported_apart_exit_non_zero_and_are_asked_again_on
         _server_env(monkeypatch, healthy)
         again = _eval(version, tmp_path, *args)
         assert again.exit_code == 0, again.output
-        assert healthy.requests == 6
+        assert healthy.requests == len(failed) and 0 < len(failed) <= 6
     summary = json.loads((version / "evals" / "dying" / "summary.json").read_text())
     assert (summary["n_failed"], summary["n_scored"]) == (0, 16)
 

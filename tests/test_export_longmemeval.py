@@ -16,9 +16,11 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli.app import app
-from pipeline.dataset import load
+from pipeline.dataset import fit, load
 from pipeline.dataset.export_longmemeval import ENTRY_KEYS, haystack, lme_date, longmemeval_entry
+from pipeline.tokens import count_tokens
 from schemas.query import Evidence
+from tests.support.harness import lme_history, lme_prompt
 from tests.support.smoke import publish_smoke
 
 LME_TYPES = {"single-session-user", "single-session-assistant", "single-session-preference", "multi-session",
@@ -72,8 +74,9 @@ def read_like_longmemeval(entry: dict) -> None:
 
 def test_every_entry_reads_like_longmemeval_and_each_budget_has_its_file(smoke, exported):
     ds = load(smoke)
-    files = sorted(p.name for p in exported.iterdir())
+    files = sorted(p.name for p in exported.glob("*.json"))
     assert files == ["longmemeval_1500.json", "longmemeval_2000.json"]
+    assert f"run_generation.py --in_file {exported / 'longmemeval_1500.json'} " in (exported / "README.md").read_text()
     total = 0
     for name in files:
         entries = json.loads((exported / name).read_text(encoding="utf-8"))
@@ -89,7 +92,7 @@ def test_the_haystack_is_the_history_before_the_anchor_and_the_answer_is_the_cor
     ds = load(smoke)
     queries = {q.query_id: q for q in ds.queries}
     placements = {(p.context_id, p.query_id): p for p in ds.placements}
-    for path in exported.iterdir():
+    for path in exported.glob("*.json"):
         for entry in json.loads(path.read_text(encoding="utf-8")):
             q = queries[entry["question_id"].removesuffix("_abs")]
             p = placements[(entry["context_id"], q.query_id)]
@@ -135,6 +138,29 @@ def test_dates_use_english_weekdays_and_budget_selects_one_file(smoke, tmp_path)
     assert lme_date(datetime(2023, 5, 30, 23, 40)) == "2023/05/30 (Tue) 23:40"
     result = CliRunner().invoke(app, ["export", "longmemeval", str(smoke), "--out", str(tmp_path), "--budget", "1500"])
     assert result.exit_code == 0, result.output
-    assert [p.name for p in tmp_path.iterdir()] == ["longmemeval_1500.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "longmemeval_1500.json"]
     result = CliRunner().invoke(app, ["export", "longmemeval", str(smoke), "--out", str(tmp_path), "--budget", "3k"])
     assert result.exit_code == 2 and "--budget 3,000" in result.output and "budgets: 1,500, 2,000" in result.output
+
+
+def test_no_entry_is_truncated_by_the_reader_and_its_prompt_fits_the_model(smoke, exported):
+    """run_generation.py's JSON history, rebuilt as it builds it, within max_retrieval_length for a model of the
+    budget's size (126,200 at 128k: 128,000 - gen_length 800 - 1000); the whole prompt within the budget."""
+    ds = load(smoke)
+    for budget in sorted({c.budget_tokens for c in ds.contexts}):
+        cap = fit.lme_history_cap(budget)
+        entries = json.loads((exported / f"longmemeval_{budget}.json").read_text(encoding="utf-8"))
+        assert entries
+        for entry in entries:
+            prompt, truncated = lme_prompt(entry, cap)
+            assert not truncated, entry["question_id"]
+            assert count_tokens(lme_history(entry)) <= cap
+            assert count_tokens(prompt) + fit.lme_reserve(budget) - fit.LME_PROMPT_RESERVE <= budget
+    assert fit.lme_history_cap(128_000) == 126_200 and fit.lme_history_cap(32_000) == 30_200
+
+
+def test_a_history_over_the_cap_is_what_the_reader_truncates(smoke, exported):
+    """The rebuilt reader does cut: an entry's history at a cap one token short is truncated."""
+    entry = json.loads((exported / "longmemeval_2000.json").read_text(encoding="utf-8"))[-1]
+    n = count_tokens(lme_history(entry))
+    assert lme_prompt(entry, n)[1] is False and lme_prompt(entry, n - 1)[1] is True

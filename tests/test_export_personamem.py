@@ -63,7 +63,7 @@ def test_personamem_export_round_trips(published, tmp_path):
     ds = load(published)
     files = export_personamem(ds, tmp_path)
     assert sorted(f.path.name for f in files) == [
-        "questions_4k.csv", "questions_8k.csv", "shared_contexts_4k.jsonl", "shared_contexts_8k.jsonl"]
+        "README.md", "questions_4k.csv", "questions_8k.csv", "shared_contexts_4k.jsonl", "shared_contexts_8k.jsonl"]
     turns = {(t.session_id, t.turn_index): t for t in ds.turns}
     queries = {q.query_id: q for q in ds.queries}
     checked = 0
@@ -82,7 +82,8 @@ def test_personamem_export_round_trips(published, tmp_path):
                 assert [o[:4] for o in options] == ["(a) ", "(b) ", "(c) ", "(d) "]
                 assert row["correct_answer"] == f"({'abcd'[q.correct_index]})"
                 assert options["abcd".index(row["correct_answer"][1])][4:] == q.options[q.correct_index].text
-                assert re.fullmatch(r"\d{1,3}\.\d\d%", row["distance_to_ref_proportion_in_context"])
+                if q.evidence:
+                    assert re.fullmatch(r"\d{1,3}\.\d\d%", row["distance_to_ref_proportion_in_context"])
                 history = shared[row["shared_context_id"]][: int(row["end_index_in_shared_context"])]
                 contents = [m["content"] for m in history]
                 for ev in q.evidence:

@@ -15,13 +15,19 @@ import ast
 import csv
 import json
 import re
+import shlex
+import shutil
+import subprocess
+import sys
 
 import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli.app import app
-from pipeline.dataset import load
+from pipeline.dataset import fit, load
 from pipeline.dataset.export import RELEASED_COLUMNS, option_strings
+from tests.conftest import REPO
+from tests.support.harness import personamem_request, request_tokens
 from tests.support.openai_server import OpenAIServer
 from tests.support.smoke import publish_smoke
 
@@ -137,7 +143,7 @@ def test_one_file_pair_per_budget_with_the_released_columns_then_stereotypical(s
     budgets = sorted({c.budget_tokens for c in ds.contexts})
     assert budgets == [1500, 2000]  # both round to "2k": the labels fall back to the exact budget
     assert sorted(p.name for p in exported.iterdir()) == [
-        "questions_1500.csv", "questions_2000.csv", "shared_contexts_1500.jsonl", "shared_contexts_2000.jsonl"]
+        "README.md", "questions_1500.csv", "questions_2000.csv", "shared_contexts_1500.jsonl", "shared_contexts_2000.jsonl"]
     rows = 0
     for budget in budgets:
         with open(exported / f"questions_{budget}.csv", newline="", encoding="utf-8") as fh:
@@ -190,3 +196,106 @@ def test_a_json_loads_reader_gets_every_option(exported):
                 options = json.loads(row["all_options"])
                 assert [o[:4] for o in options] == ["(a) ", "(b) ", "(c) ", "(d) "]
                 assert row["correct_answer"] in [o[:3] for o in options]
+
+
+@pytest.mark.parametrize("model", ["gpt-4o", "gpt-4"])
+def test_every_row_as_the_script_sends_it_fits_the_budget_with_the_answer_reserve(smoke, exported, model):
+    """The request rebuilt as the script builds it (folded for an o-family model, as sent otherwise), 4 tokens a
+    message and 3 priming the reply, plus the answer reserve: at most the budget on every row."""
+    ds = load(smoke)
+    rows = 0
+    for budget in sorted({c.budget_tokens for c in ds.contexts}):
+        for row, context in rows_with_context(exported / f"questions_{budget}.csv",
+                                              exported / f"shared_contexts_{budget}.jsonl"):
+            sent = request_tokens(personamem_request(context, row, model))
+            assert sent + fit.pm_answer_reserve(budget) <= budget, (row["question_id"], sent, budget)
+            assert int(row["context_length_in_tokens"]) + fit.pm_answer_reserve(budget) < budget
+            rows += 1
+    assert rows == len(ds.placements)
+    assert fit.pm_answer_reserve(128_000) == fit.PM_ANSWER_RESERVE == 1000
+
+
+def test_a_question_without_evidence_has_no_distance_blank_in_the_csv_and_null_in_jsonl(smoke, exported, tmp_path):
+    ds = load(smoke)
+    queries = {q.query_id: q for q in ds.queries}
+    abstentions = {q.query_id for q in ds.queries if not q.evidence}
+    assert abstentions
+    seen = 0
+    for path in exported.glob("questions_*.csv"):
+        with open(path, newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                distances = [row[k] for k in ("distance_to_ref_in_blocks", "distance_to_ref_in_tokens",
+                                              "distance_to_ref_proportion_in_context")]
+                if row["question_id"] in abstentions:
+                    assert distances == ["", "", ""]
+                    seen += 1
+                else:
+                    assert all(distances) and queries[row["question_id"]].evidence
+    assert seen > 0
+    result = CliRunner().invoke(app, ["export", "jsonl", str(smoke), "--out", str(tmp_path / "all.jsonl")])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (tmp_path / "all.jsonl").read_text(encoding="utf-8").splitlines()]
+    for record in records:
+        empty = record["query_id"] in abstentions
+        values = [record["distance_tokens"], record["distance_sessions"], record["evidence_position"]]
+        assert (values == [None, None, None]) if empty else all(v is not None for v in values)
+    assert sum(r["query_id"] in abstentions for r in records) == seen
+
+
+@pytest.mark.parametrize("budget", ["1500", "1.5k", "1,500"])
+def test_every_export_reads_the_budget_the_same_way(smoke, tmp_path, budget):
+    runner = CliRunner()
+    jsonl = runner.invoke(app, ["export", "jsonl", str(smoke), "--out", str(tmp_path / "b.jsonl"), "--budget", budget])
+    assert jsonl.exit_code == 0, jsonl.output
+    records = [json.loads(line) for line in (tmp_path / "b.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert records and {r["budget_tokens"] for r in records} == {1500}
+    lme = runner.invoke(app, ["export", "longmemeval", str(smoke), "--out", str(tmp_path / "lme"), "--budget", budget])
+    assert lme.exit_code == 0, lme.output
+    assert sorted(p.name for p in (tmp_path / "lme").iterdir()) == ["README.md", "longmemeval_1500.json"]
+
+
+def test_a_budget_the_version_lacks_is_one_line_for_every_export(smoke, tmp_path):
+    runner = CliRunner()
+    for kind, out in (("jsonl", "x.jsonl"), ("longmemeval", "lme")):
+        result = runner.invoke(app, ["export", kind, str(smoke), "--out", str(tmp_path / out), "--budget", "32k"])
+        assert result.exit_code == 2 and "--budget 32,000" in result.output and "1,500, 2,000" in result.output
+        result = runner.invoke(app, ["export", kind, str(smoke), "--out", str(tmp_path / out), "--budget", "lots"])
+        assert result.exit_code == 2 and "32k, 128000 or 1M" in result.output
+
+
+def test_every_personagen_command_of_the_card_runs_as_pasted_in_the_version_folder(smoke, tmp_path, monkeypatch):
+    """The card's commands, taken from the published README.md, run in a copy of the version folder (`.`)."""
+    version = tmp_path / "personamem" / "v0001"
+    shutil.copytree(smoke, version)
+    for path in version.iterdir():
+        path.chmod(0o644)
+    card = (version / "README.md").read_text(encoding="utf-8")
+    commands = sorted(set(re.findall(r"`(personagen [^`]+)`", card)))
+    assert {c.split()[1] for c in commands} >= {"export", "eval"}
+    assert any(c.startswith("personagen export longmemeval . ") for c in commands)
+    monkeypatch.chdir(version)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    models = tuple(sorted({m.split("openai:")[1].split()[0] for m in commands if "openai:" in m}))
+    with OpenAIServer(responder=lambda body: "<final_answer>(a)", models=models) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        for command in commands:
+            result = CliRunner().invoke(app, shlex.split(command)[1:])
+            assert result.exit_code == 0, (command, result.output)
+    assert "--question_path pm/questions_1500.csv" in (version / "pm" / "README.md").read_text(encoding="utf-8")
+    assert "--in_file lme/longmemeval_1500.json" in (version / "lme" / "README.md").read_text(encoding="utf-8")
+    assert (version / "all.jsonl").stat().st_size > 0
+
+
+def test_the_load_hints_generate_prints_run_as_printed(smoke, capsys):
+    """They name personagen's own interpreter: a bare `python` may be one without its packages."""
+    from pipeline.cli.generate import _summary
+
+    _summary(smoke)
+    lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
+    hints = [line for line in lines if line.startswith(shlex.quote(sys.executable) + " -c")]
+    assert len(hints) == 2
+    for hint in hints:
+        done = subprocess.run(hint, shell=True, capture_output=True, text=True, timeout=120,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(REPO)})
+        assert done.returncode == 0, (hint, done.stderr)
+        assert done.stdout.strip()

@@ -16,6 +16,8 @@ err_console = Console(stderr=True)
 
 DatasetArg = Annotated[str, typer.Argument(help="dataset name under --outputs, a dataset folder, or a version folder")]
 OutputsOpt = Annotated[Path, typer.Option("--outputs", help="folder holding the datasets")]
+BudgetOpt = Annotated[str | None, typer.Option(
+    "--budget", help="only contexts of this budget: a token count such as 32k, 128000 or 1M (default: every budget)")]
 _BUDGET = re.compile(r"^(\d+(?:\.\d+)?)([kKmM]?)$")
 
 
@@ -26,9 +28,17 @@ def fail(message: object, code: int = 2) -> typer.Exit:
 
 
 def parse_budget(text: str) -> int:
-    """'32k' -> 32000, '1M' -> 1000000, '4000' -> 4000."""
-    match = _BUDGET.match(text.strip())
+    """'32k' -> 32000, '1M' -> 1000000, '128000' or '128,000' -> 128000: the one parser of every --budget."""
+    match = _BUDGET.match(text.strip().replace(",", "").replace("_", ""))
     if not match:
-        raise UserError(f"--budget {text!r}: use a token count such as 32k, 128k, 1M or 4000")
+        raise UserError(f"--budget {text!r}: use a token count such as 32k, 128000 or 1M")
     scale = {"": 1, "k": 1000, "m": 1_000_000}[match.group(2).lower()]
-    return int(float(match.group(1)) * scale)
+    tokens = round(float(match.group(1)) * scale)
+    if tokens < 1:
+        raise UserError(f"--budget {text!r}: must be at least 1 token")
+    return tokens
+
+
+def budget_option(text: str | None) -> int | None:
+    """A ``BudgetOpt`` value in tokens, or None when the option was not given."""
+    return None if text is None else parse_budget(text)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.common import DatasetArg, OutputsOpt, console, fail, parse_budget
+from pipeline.cli.common import BudgetOpt, DatasetArg, OutputsOpt, budget_option, console, fail
 from pipeline.errors import UserError
 
 export_app = typer.Typer(help="Export a dataset version in formats other tools read unchanged.", no_args_is_help=True)
@@ -28,14 +28,14 @@ def export_personamem(
     except UserError as exc:
         raise fail(exc) from None
     for f in files:
-        console.print(f"{f.path}  ({f.rows:,} rows)")
+        console.print(f"{f.path}" + ("" if f.path.suffix == ".md" else f"  ({f.rows:,} rows)"))
 
 
 @export_app.command("longmemeval")
 def export_longmemeval(
     dataset: DatasetArg,
     out: Annotated[Path, typer.Option("--out", help="folder for longmemeval_<size>.json")],
-    budget: Annotated[str | None, typer.Option(help="only this budget, e.g. 32k or 1500 (default: every budget)")] = None,
+    budget: BudgetOpt = None,
     outputs: OutputsOpt = Path("outputs"),
 ) -> None:
     """Write LongMemEval's JSON (longmemeval_s-style), one file per budget, one entry per placed query."""
@@ -43,19 +43,18 @@ def export_longmemeval(
     from pipeline.dataset.export_longmemeval import export_longmemeval as run
 
     try:
-        size = parse_budget(budget) if budget else None
-        files = run(load(resolve(dataset, outputs)), out, budget=size)
+        files = run(load(resolve(dataset, outputs)), out, budget=budget_option(budget))
     except UserError as exc:
         raise fail(exc) from None
     for f in files:
-        console.print(f"{f.path}  ({f.rows:,} entries)")
+        console.print(f"{f.path}" + ("" if f.path.suffix == ".md" else f"  ({f.rows:,} entries)"))
 
 
 @export_app.command("jsonl")
 def export_jsonl(
     dataset: DatasetArg,
     out: Annotated[Path, typer.Option("--out", help="the JSONL file to write")],
-    budget: Annotated[int | None, typer.Option(help="only contexts of this budget")] = None,
+    budget: BudgetOpt = None,
     outputs: OutputsOpt = Path("outputs"),
 ) -> None:
     """One self-contained record per (query, context), with the history before the question."""
@@ -63,7 +62,7 @@ def export_jsonl(
     from pipeline.dataset.export import export_jsonl as run
 
     try:
-        written = run(load(resolve(dataset, outputs)), out, budget=budget)
+        written = run(load(resolve(dataset, outputs)), out, budget=budget_option(budget))
     except UserError as exc:
         raise fail(exc) from None
     console.print(f"{written.path}  ({written.rows:,} records)")

@@ -9,7 +9,7 @@ import typer
 from rich.markdown import Markdown
 from rich.progress import Progress
 
-from pipeline.cli.common import DatasetArg, OutputsOpt, console, err_console, fail, parse_budget
+from pipeline.cli.common import BudgetOpt, DatasetArg, OutputsOpt, budget_option, console, err_console, fail
 from pipeline.errors import UserError
 
 MODES = ("mcq", "no-context", "oracle", "recent", "rag")
@@ -18,7 +18,7 @@ MODES = ("mcq", "no-context", "oracle", "recent", "rag")
 def eval_command(
     dataset: DatasetArg,
     llm: Annotated[str | None, typer.Option("--llm", help="openai:<model> | local[:path.gguf] | fake[?answer=a]")] = None,
-    budget: Annotated[str | None, typer.Option(help="only contexts of this budget, e.g. 32k (default: all)")] = None,
+    budget: BudgetOpt = None,
     limit: Annotated[int | None, typer.Option(help="at most N placements, spread over the budgets")] = None,
     mode: Annotated[list[str] | None, typer.Option(
         help="history sent before the question: mcq (all of it), no-context, oracle (the evidence sessions), "
@@ -53,7 +53,7 @@ def eval_command(
                        "--concurrency": concurrency}, temperature=temperature)
         settings = EvalSettings(mode=modes[0] if modes else "mcq", answer=answer, retriever=retriever,
                                 granularity=granularity, k=k, recent_tokens=recent_tokens, limit=limit,
-                                window=window, judge_sample=judge_sample, budget=_budget(budget))
+                                window=window, judge_sample=judge_sample, budget=budget_option(budget))
         if name is not None:
             check_output_name(name)
         cache = cache or outputs / ".cache" / "llm.sqlite"
@@ -101,16 +101,6 @@ def _check_options(*, modes: list[str], suite: bool, answer: str, judge: str | N
             raise UserError(f"{option} {value}: must be at least 1")
     if not 0 <= temperature <= 2:
         raise UserError(f"--temperature {temperature:g}: must be between 0 and 2")
-
-
-def _budget(text: str | None) -> int | None:
-    """The --budget in tokens, or None; zero is refused in one line."""
-    if text is None:
-        return None
-    tokens = parse_budget(text)
-    if tokens < 1:
-        raise UserError(f"--budget {text!r}: must be at least 1 token")
-    return tokens
 
 
 def _run(version: Path, gateway, grader, settings, modes: list[str], *, suite: bool, name: str, outputs: Path):

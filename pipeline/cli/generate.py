@@ -261,6 +261,8 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, dask_time
 
 def _summary(path: Path) -> None:
     import json
+    import shlex
+    import sys
 
     manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
     table = Table(title=f"published {path}")
@@ -269,10 +271,11 @@ def _summary(path: Path) -> None:
     for name, count in manifest["counts"].items():
         table.add_row(name, f"{count:,}")
     console.print(table)
+    python = shlex.quote(sys.executable)  # the interpreter with personagen's packages (the system one may lack them)
     how = (
         "Load it with:\n"
-        f"  python -c \"from pipeline.dataset import load; d = load('{path}'); print(len(d.queries), 'queries')\"\n"
-        f"  python -c \"import duckdb; duckdb.sql(\\\"select type, count(*) from '{path}/queries.parquet' group by type\\\").show()\"\n"
+        f"  {python} -c \"from pipeline.dataset import load; d = load('{path}'); print(len(d.queries), 'queries')\"\n"
+        f"  {python} -c \"import duckdb; duckdb.sql(\\\"select type, count(*) from '{path}/queries.parquet' group by type\\\").show()\"\n"
         f"  personagen export personamem {path} --out {path.parent}/personamem_format"
     )
     console.print(how, soft_wrap=True)

@@ -4,24 +4,36 @@ Token rule (see pipeline/dataset/budget.py, the one place it lives): a message c
 ``count_tokens(content) + MESSAGE_OVERHEAD``; a context costs the sum over exactly the messages a
 model receives: the profile system message(s) and every turn of every session. Sessions are
 counted once (``count_sessions`` fills the ``n_tokens`` caches) and every context reuses those numbers.
+A budget is what a harness sends (pipeline/dataset/fit.py): the history under the message rule plus
+PersonaMem's reserve for the question and answer, and the history in LongMemEval's JSON format plus
+its reader's reserve, each at most the budget.
 
 Invariants: the persona's sessions appear in non-decreasing simulated time (so a topic's earlier
-period never follows a later one); filler sits only at session boundaries; every context ends
-within ``tolerance`` below its budget and never over; a query is placed only when all its
-evidence lies in the context strictly before the message where it is asked.
+period never follows a later one); filler sits only at session boundaries; every context fits both
+harnesses, the larger of the two ending within ``tolerance`` below its budget; a query is placed only
+when all its evidence lies in the context strictly before the message where it is asked.
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import date, datetime
 from functools import lru_cache
 
 from pydantic import BaseModel, Field, PrivateAttr
 
 from pipeline.dataset.budget import count_sessions, date_text, message_tokens, profile_text
+from pipeline.dataset.fit import (
+    fill_floor,
+    fill_tokens,
+    fits,
+    lme_history_cap,
+    lme_session_tokens_many,
+    pm_ask_tokens,
+    pm_history_cap,
+)
 from pipeline.errors import UserError
 from pipeline.rng import derive_rng
 from schemas.context import AssemblySettings, ChatMessage, Context, Ordering, Placement, ProfileMode
@@ -32,6 +44,7 @@ from schemas.query import Query
 
 STAGE = "assemble_contexts"
 FINISH_TOKENS = 6000  # the last stretch of a budget is filled exactly by subset sum
+FIT_ROUNDS = 8  # filler picks tried before a context that fits neither way is an error
 
 
 class AssemblyError(UserError):
@@ -39,17 +52,22 @@ class AssemblyError(UserError):
 
 
 class FillerPool(BaseModel):
-    """The shared filler sessions (counted once), reused by every context."""
+    """The shared filler sessions (counted once), reused by every context, with what each costs in
+    LongMemEval's JSON history (``fit.lme_session_tokens_many``)."""
 
     sessions: list[Session]
+    lme_tokens: dict[str, int] = Field(default_factory=dict)
     _by_id: dict[str, Session] = PrivateAttr(default_factory=dict)
 
     @classmethod
-    def from_sessions(cls, sessions: Iterable[Session]) -> FillerPool:
-        fillers = sorted((s for s in sessions if s.kind == "filler"), key=lambda s: s.session_id)
-        if any(s.n_tokens <= 0 for s in fillers):
+    def from_sessions(cls, sessions: Iterable[SessionWithTurns], lme: dict[str, int] | None = None) -> FillerPool:
+        """The pool of the filler among ``sessions``; ``lme``: their LongMemEval costs, when already counted."""
+        fillers = sorted((s for s in sessions if s.session.kind == "filler"), key=lambda s: s.session.session_id)
+        if any(s.session.n_tokens <= 0 for s in fillers):
             raise AssemblyError("sessions.n_tokens: filler sessions must be counted before assembly")
-        return cls(sessions=fillers)
+        lme = lme if lme is not None else lme_costs(fillers)
+        return cls(sessions=[s.session for s in fillers], lme_tokens={s.session.session_id: lme[s.session.session_id]
+                                                                      for s in fillers})
 
     def by_id(self) -> dict[str, Session]:
         if len(self._by_id) != len(self.sessions):
@@ -80,6 +98,13 @@ class Layout(BaseModel):
     tok_start: list[int] = Field(description="tokens before each session's first turn")
     n_messages: int
     n_tokens: int
+
+
+def lme_costs(sessions: Iterable[SessionWithTurns]) -> dict[str, int]:
+    """Session id -> what the session costs in LongMemEval's JSON history (``fit.lme_session_tokens_many``)."""
+    sessions = list(sessions)
+    return dict(zip((s.session.session_id for s in sessions), lme_session_tokens_many([s.turns for s in sessions]),
+                    strict=True))
 
 
 def slot_dates(session_ids: list[str], sessions: dict[str, Session]) -> list[datetime | None]:
@@ -153,7 +178,8 @@ def assemble_all(
 ) -> Assembly:
     """Count every session once, then assemble each persona's contexts against the shared filler pool."""
     counted = count_sessions(sessions)
-    pool = FillerPool.from_sessions(s.session for s in counted)
+    lme = lme_costs(counted)  # every session once, as count_sessions counts each once
+    pool = FillerPool.from_sessions(counted, lme)
     by_persona: dict[str, list[SessionWithTurns]] = defaultdict(list)
     for swt in counted:
         if swt.session.kind == "topic" and swt.session.persona_id is not None:
@@ -166,7 +192,7 @@ def assemble_all(
     unplaced: Counter[str] = Counter()
     for persona in personas:
         part = _assemble(persona, by_persona[persona.persona_id], queries_of[persona.persona_id],
-                         pool=pool, settings=settings, run_seed=run_seed)
+                         pool=pool, settings=settings, run_seed=run_seed, lme=lme)
         out.contexts.extend(part.contexts)
         out.placements.extend(part.placements)
         unplaced.update(part.unplaced)
@@ -195,6 +221,7 @@ def _assemble(
     pool: FillerPool,
     settings: AssemblySettings,
     run_seed: int,
+    lme: dict[str, int] | None = None,
 ) -> PersonaAssembly:
     own = sorted(sessions, key=lambda s: (s.session.time, s.session.session_id))
     for swt in own:
@@ -205,11 +232,15 @@ def _assemble(
     focal = _focal_topic(own, rng)
     priority = _topic_priority(own, focal, rng)
     profile_tokens = message_tokens(profile_text(persona))
+    if lme is None or any(s.session.session_id not in lme for s in own):
+        lme = lme_costs(own)
+    ask = max((pm_ask_tokens(q.question, [o.text for o in q.options]) for q in queries), default=0)
     result = PersonaAssembly()
     unplaced: Counter[str] = Counter()
     for budget in sorted(settings.budgets):
-        chosen = _choose_sessions(own, priority, budget, profile_tokens, settings, persona.persona_id)
-        context = _build_context(persona, chosen, focal, ordering, budget, profile_tokens, pool, settings, run_seed)
+        chosen = _choose_sessions(own, priority, budget, profile_tokens, settings, persona.persona_id, lme, ask)
+        context = _build_context(persona, chosen, focal, ordering, budget, profile_tokens, pool, settings, run_seed,
+                                 lme, ask)
         result.contexts.append(context)
         placements = place_queries(context, {s.session.session_id: s for s in chosen}, queries, pool, profile_tokens)
         result.placements.extend(placements.placements)
@@ -240,11 +271,16 @@ def _choose_sessions(
     profile_tokens: int,
     settings: AssemblySettings,
     persona_id: str,
+    lme: dict[str, int],
+    ask: int,
 ) -> list[SessionWithTurns]:
-    """Whole topics, by priority, while the persona's own messages stay within ``max_persona_fraction``;
-    then, where room is left, the earliest sessions of the remaining topics (a causal prefix of each), so
-    the persona's own text fills the context before any filler does."""
-    cap = int(budget * settings.max_persona_fraction)
+    """Whole topics, by priority, while the persona's own messages stay within ``max_persona_fraction``
+    (and within both harnesses' history caps); then, where room is left, the earliest sessions of the
+    remaining topics (a causal prefix of each), so the persona's own text fills the context before any
+    filler does."""
+    share = int(budget * settings.max_persona_fraction)
+    cap = min(share, pm_history_cap(budget, ask))
+    lme_cap = min(share, lme_history_cap(budget))
     per_session = settings.profile == "per_session"
 
     def cost(s: SessionWithTurns) -> int:
@@ -252,12 +288,15 @@ def _choose_sessions(
                 + (date_tokens(s.session.time.date()) if settings.session_dates else 0))
 
     used = 0 if per_session else profile_tokens
+    used_lme = 0
     kept: set[str] = set()
     for topic in priority:
         topic_cost = sum(cost(s) for s in own if s.session.topic == topic)
-        if used + topic_cost <= cap:
+        topic_lme = sum(lme[s.session.session_id] for s in own if s.session.topic == topic)
+        if used + topic_cost <= cap and used_lme + topic_lme <= lme_cap:
             kept.add(topic)
             used += topic_cost
+            used_lme += topic_lme
     if priority and not kept:
         raise AssemblyError(
             f"assembly.budgets: {budget} tokens cannot hold any whole topic of persona {persona_id} "
@@ -266,10 +305,11 @@ def _choose_sessions(
     chosen = {s.session.session_id for s in own if s.session.topic in kept}
     for topic in (t for t in priority if t not in kept):
         for s in (s for s in own if s.session.topic == topic):  # ``own`` is in time order
-            if used + cost(s) > cap:
+            if used + cost(s) > cap or used_lme + lme[s.session.session_id] > lme_cap:
                 break
             chosen.add(s.session.session_id)
             used += cost(s)
+            used_lme += lme[s.session.session_id]
     return [s for s in own if s.session.session_id in chosen]
 
 
@@ -283,24 +323,31 @@ def _build_context(
     pool: FillerPool,
     settings: AssemblySettings,
     run_seed: int,
+    lme: dict[str, int],
+    ask: int,
 ) -> Context:
-    """Pick filler to fill the budget, then interleave it at session boundaries per the ordering mode."""
+    """Pick filler so that both harnesses receive the context within the budget, the larger of the two
+    ending within the tolerance below it; then interleave it at session boundaries per the ordering mode."""
     per_session = settings.profile == "per_session"
     own_tokens = sum(s.session.n_tokens for s in chosen) + profile_tokens * (len(chosen) if per_session else 1)
     dated = settings.session_dates
     if dated:
         own_tokens += sum(date_tokens(s.session.time.date()) for s in chosen)
     per_filler = max((date_tokens(s.session.time.date()) for s in chosen), default=0) if dated else 0
-    rng = derive_rng(run_seed, persona.persona_id, STAGE, budget)
-    fillers = _pick_filler(pool, budget - own_tokens, rng, extra=per_filler)
-    filler_tokens = sum(n for _, n in fillers)
-    total = own_tokens + filler_tokens + per_filler * len(fillers)  # an upper bound; the layout below is exact
-    if total < budget * (1 - settings.tolerance):
+    own_lme = sum(lme[s.session.session_id] for s in chosen)
+    fillers, rng, fill = _fitting_filler(pool, budget, own_tokens, own_lme, per_filler, ask,
+                                         lambda: derive_rng(run_seed, persona.persona_id, STAGE, budget),
+                                         full=budget * (1 - settings.tolerance))
+    if fill < fill_floor(budget, settings.tolerance, min(pool.lme_tokens.values(), default=0)):
         raise AssemblyError(
             f"filler pool: {len(pool.sessions)} sessions ({sum(f.n_tokens for f in pool.sessions)} tokens) cannot fill the "
-            f"{budget}-token context of persona {persona.persona_id} (reached {total})"
+            f"{budget}-token context of persona {persona.persona_id} (reached {fill})"
         )
-    slots = _filler_slots(chosen, focal, ordering, fillers, settings.gap_fraction, rng)
+    by_id = pool.by_id()
+    filler_tokens = sum(by_id[sid].n_tokens for sid in fillers)
+    total = own_tokens + filler_tokens + per_filler * len(fillers)  # an upper bound; the layout below is exact
+    slots = _filler_slots(chosen, focal, ordering, [(sid, by_id[sid].n_tokens) for sid in fillers],
+                          settings.gap_fraction, rng)
     order: list[str] = []
     for i, swt in enumerate([*chosen, None]):
         order.extend(slots.get(i, []))
@@ -324,37 +371,69 @@ def _build_context(
     )
 
 
-def _pick_filler(pool: FillerPool, room: int, rng: random.Random, *, extra: int = 0) -> list[tuple[str, int]]:
-    """Filler whose costs (tokens plus ``extra`` per session, its date message) sum as close to ``room`` as
-    the pool allows, never over: a seeded first-fit pass up to ``FINISH_TOKENS`` short of the room, then an
-    exact subset sum for the rest."""
+def _fitting_filler(
+    pool: FillerPool, budget: int, own_tokens: int, own_lme: int, per_filler: int, ask: int,
+    new_rng: Callable[[], random.Random], *, full: float,
+) -> tuple[list[str], random.Random, int]:
+    """Filler ids that fit both harnesses, the RNG after picking them, and the fill (``fit.fill_tokens``).
+
+    Filler is picked to fill LongMemEval's JSON history exactly (usually the larger), then to fill the
+    message-rule history exactly; a pick over either cap is retried with its room lowered by the excess.
+    The first pick that fits and fills at least ``full`` wins, else the fullest that fits (the first on a
+    tie), so the result depends on the seed alone."""
+    chat_cost: Callable[[Session], int] = lambda s: s.n_tokens + per_filler  # noqa: E731
+    lme_cost: Callable[[Session], int] = lambda s: pool.lme_tokens[s.session_id]  # noqa: E731
+    best: tuple[int, list[str], random.Random] | None = None
+    chat_cap, lme_cap = pm_history_cap(budget, ask), lme_history_cap(budget)
+    for cost, room in ((lme_cost, lme_cap - own_lme), (chat_cost, chat_cap - own_tokens)):
+        for _ in range(FIT_ROUNDS):
+            rng = new_rng()
+            picked = _pick_filler(pool, room, rng, cost)
+            chat = own_tokens + sum(chat_cost(s) for s in picked)
+            lme_total = own_lme + sum(lme_cost(s) for s in picked)
+            if fits(budget, chat, lme_total, ask):
+                fill = fill_tokens(budget, chat, lme_total, ask)
+                if best is None or fill > best[0]:
+                    best = (fill, [s.session_id for s in picked], rng)
+                break
+        if best is not None and best[0] >= full:
+            break
+            room -= max(chat - chat_cap, lme_total - lme_cap)
+    if best is None:
+        return [], new_rng(), fill_tokens(budget, own_tokens, own_lme, ask)
+    return best[1], best[2], best[0]
+
+
+def _pick_filler(pool: FillerPool, room: int, rng: random.Random, cost: Callable[[Session], int]) -> list[Session]:
+    """Filler whose costs sum as close to ``room`` as the pool allows, never over: a seeded first-fit pass
+    up to ``FINISH_TOKENS`` short of the room, then an exact subset sum for the rest."""
     order = list(pool.sessions)
     rng.shuffle(order)
     picked, rest, used = [], [], 0
     for s in order:
-        if used + s.n_tokens + extra <= room - FINISH_TOKENS:
+        if used + cost(s) <= room - FINISH_TOKENS:
             picked.append(s)
-            used += s.n_tokens + extra
+            used += cost(s)
         else:
             rest.append(s)
-    picked += _subset_sum([s for s in rest if s.n_tokens + extra <= room - used], room - used, extra)
-    return [(s.session_id, s.n_tokens) for s in picked]
+    picked += _subset_sum([s for s in rest if cost(s) <= room - used], room - used, cost)
+    return picked
 
 
-def _subset_sum(candidates: list[Session], target: int, extra: int = 0) -> list[Session]:
+def _subset_sum(candidates: list[Session], target: int, cost: Callable[[Session], int]) -> list[Session]:
     """The candidates whose cost sum is the largest reachable value <= ``target`` (bitset dynamic programming)."""
     if target < 0:
         return []
     mask = (1 << (target + 1)) - 1
     states = [1]
     for s in candidates:
-        states.append((states[-1] | (states[-1] << (s.n_tokens + extra))) & mask)
+        states.append((states[-1] | (states[-1] << cost(s))) & mask)
     best = states[-1].bit_length() - 1
     chosen = []
     for i in range(len(candidates), 0, -1):
         if not (states[i - 1] >> best) & 1:
             chosen.append(candidates[i - 1])
-            best -= candidates[i - 1].n_tokens + extra
+            best -= cost(candidates[i - 1])
     return chosen[::-1]
 
 

@@ -20,8 +20,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from pipeline.dataset.files import export_folder, write_csv, write_jsonl
+from pipeline.dataset import fit
+from pipeline.dataset.files import export_folder, write_csv, write_jsonl, write_text
+from pipeline.dataset.fit import letter
 from pipeline.dataset.reading import Dataset
+from pipeline.errors import UserError
 from schemas.context import Context, Placement
 from schemas.ids import parse_version_key
 from schemas.query import Query
@@ -55,13 +58,9 @@ def size_labels(budgets: set[int] | list[int]) -> dict[int, str]:
     return {b: (label if len(group) == 1 else str(b)) for label, group in rounded.items() for b in group}
 
 
-def letter(index: int) -> str:
-    """0 -> '(a)'."""
-    return f"({chr(ord('a') + index)})"
-
-
 def option_strings(query: Query) -> list[str]:
-    return [f"{letter(i)} {o.text}" for i, o in enumerate(query.options)]
+    """The query's options as PersonaMem writes them: '(a) ...'."""
+    return fit.option_strings([o.text for o in query.options])
 
 
 def export_personamem(ds: Dataset, out: Path) -> list[ExportedFile]:
@@ -78,7 +77,31 @@ def export_personamem(ds: Dataset, out: Path) -> list[ExportedFile]:
         questions = out / f"questions_{label}.csv"
         files.append(ExportedFile(path=questions, rows=write_csv(questions, QUESTION_COLUMNS,
                                                                  personamem_rows(ds, contexts))))
+    readme = out / "README.md"
+    files.append(ExportedFile(path=readme, rows=write_text(readme, personamem_readme(ds, out, sorted(labels.values())))))
     return files
+
+
+def personamem_readme(ds: Dataset, out: Path, labels: list[str]) -> str:
+    """The export folder's README.md: what the files are, the command that reads them, how a row is counted."""
+    first = labels[0] if labels else "32k"
+    return (
+        f"# PersonaMem format: {ds.path.parent.name} {ds.path.name}\n\n"
+        "Written by `personagen export personamem`, in the format of PersonaMem's released data "
+        "(github.com/bowen-upenn/PersonaMem). Per budget (`<size>`: " + ", ".join(labels) + "):\n\n"
+        "- `questions_<size>.csv`: one row per placed question, PersonaMem's 15 columns then `stereotypical`; "
+        "`all_options` is a JSON list, `correct_answer` the letter; the three distance columns are blank for a "
+        "question without evidence (an abstention).\n"
+        "- `shared_contexts_<size>.jsonl`: one `{context_id: [messages]}` object per line; a row's history is "
+        "`messages[:end_index_in_shared_context]`.\n\n"
+        "Read by PersonaMem's script, in its checkout (with its `config.yaml` and `api_tokens/openai_key.txt`):\n\n"
+        f"    python inference_standalone_openai.py --step evaluate --model gpt-4o --question_path "
+        f"{out / f'questions_{first}.csv'} --context_path {out / f'shared_contexts_{first}.jsonl'} "
+        f"--result_path results_{first}.csv\n\n"
+        "Each row as that script sends it (history, then the question, instruction and options; system "
+        f"messages folded in for o-family models) plus {fit.PM_ANSWER_RESERVE:,} tokens for the answer is at "
+        "most the budget (`o200k_base`, 4 tokens a message). The version's README.md has the field glossary.\n"
+    )
 
 
 def personamem_rows(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:
@@ -93,6 +116,7 @@ def personamem_rows(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:
         letters = list(accumulate((len(m.content) for m in messages), initial=0))
         for p in by_context.get(context.context_id, []):
             q = queries[p.query_id]
+            far = reference_distances(q, p)
             yield {
                 "persona_id": persona_index[q.persona_id],
                 "question_id": q.query_id,
@@ -100,10 +124,11 @@ def personamem_rows(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:
                 "topic": q.topic,
                 "context_length_in_tokens": p.context_tokens,
                 "context_length_in_letters": letters[p.end_index],
-                "distance_to_ref_in_blocks": p.distance_sessions,
-                "distance_to_ref_in_tokens": p.distance_tokens,
+                "distance_to_ref_in_blocks": _blank(far["distance_sessions"]),
+                "distance_to_ref_in_tokens": _blank(far["distance_tokens"]),
                 "num_irrelevant_tokens": _filler_before(context, q.anchor_session_id, filler),
-                "distance_to_ref_proportion_in_context": f"{100 * p.distance_tokens / max(p.context_tokens, 1):.2f}%",
+                "distance_to_ref_proportion_in_context": "" if far["distance_tokens"] is None else
+                f"{100 * p.distance_tokens / max(p.context_tokens, 1):.2f}%",
                 "user_question_or_message": q.question,
                 "correct_answer": letter(q.correct_index),
                 "all_options": json.dumps(option_strings(q), ensure_ascii=False),
@@ -111,6 +136,20 @@ def personamem_rows(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:
                 "end_index_in_shared_context": p.end_index,
                 "stereotypical": "Yes" if _grounded_versions(q) & stereotyped else "No",
             }
+
+
+def reference_distances(q: Query, p: Placement) -> dict[str, int | float | None]:
+    """How far the evidence lies, or None for each distance when the query has no evidence turn (an
+    abstention: nothing was said, so no reference is near or far)."""
+    if not q.evidence:
+        return {"distance_tokens": None, "distance_sessions": None, "evidence_position": None}
+    return {"distance_tokens": p.distance_tokens, "distance_sessions": p.distance_sessions,
+            "evidence_position": p.evidence_position}
+
+
+def _blank(value: int | None) -> int | str:
+    """A CSV cell: the number, or empty for no value."""
+    return "" if value is None else value
 
 
 def _grounded_versions(q: Query) -> set[tuple[str, int]]:
@@ -135,8 +174,17 @@ def _filler_before(context: Context, anchor: str | None, filler: dict[str, int])
     return total
 
 
+def check_budget(ds: Dataset, budget: int | None) -> None:
+    """A ``--budget`` the version has no contexts of is refused in one line, naming the budgets it has."""
+    budgets = {c.budget_tokens for c in ds.contexts}
+    if budget is not None and budget not in budgets:
+        known = ", ".join(f"{b:,}" for b in sorted(budgets)) or "none"
+        raise UserError(f"--budget {budget:,}: {ds.path} has no contexts of that budget (budgets: {known})")
+
+
 def export_jsonl(ds: Dataset, out: Path, budget: int | None = None) -> ExportedFile:
     """One self-contained record per (query, context): the question, options, answer and its history."""
+    check_budget(ds, budget)
     return ExportedFile(path=out, rows=write_jsonl(out, jsonl_records(ds, budget)))
 
 
@@ -164,5 +212,6 @@ def jsonl_records(ds: Dataset, budget: int | None = None) -> Iterator[dict]:
                 "correct_answer": letter(q.correct_index),
                 "evidence": [e.model_dump() for e in q.evidence],
                 **p.model_dump(exclude={"context_id", "query_id"}),
+                **reference_distances(q, p),
                 "messages": messages[: p.end_index],
             }

@@ -24,10 +24,17 @@ from datetime import datetime
 from pathlib import Path
 
 from pipeline.dataset.assemble_contexts import slot_dates
-from pipeline.dataset.export import ExportedFile, letter, option_strings, placements_by_context, size_labels
-from pipeline.dataset.files import export_folder, write_json_list
+from pipeline.dataset.export import (
+    ExportedFile,
+    check_budget,
+    letter,
+    option_strings,
+    placements_by_context,
+    size_labels,
+)
+from pipeline.dataset.files import export_folder, write_json_list, write_text
+from pipeline.dataset.fit import lme_history_cap
 from pipeline.dataset.reading import Dataset
-from pipeline.errors import UserError
 from schemas.context import Context, Placement
 from schemas.conversation import SessionWithTurns
 from schemas.query import Query
@@ -55,10 +62,8 @@ def lme_date(t: datetime) -> str:
 
 def export_longmemeval(ds: Dataset, out: Path, budget: int | None = None) -> list[ExportedFile]:
     """Write ``longmemeval_<size>.json`` for every budget (or only ``budget``) into the folder ``out``."""
+    check_budget(ds, budget)
     labels = size_labels({c.budget_tokens for c in ds.contexts})
-    if budget is not None and budget not in labels:
-        known = ", ".join(f"{b:,}" for b in sorted(labels)) or "none"
-        raise UserError(f"--budget {budget:,}: {ds.path} has no contexts of that budget (budgets: {known})")
     export_folder(out)
     files = []
     for size, label in sorted(labels.items()):
@@ -66,7 +71,34 @@ def export_longmemeval(ds: Dataset, out: Path, budget: int | None = None) -> lis
             contexts = [c for c in ds.contexts if c.budget_tokens == size]
             path = out / f"longmemeval_{label}.json"
             files.append(ExportedFile(path=path, rows=write_json_list(path, longmemeval_entries(ds, contexts))))
+    readme = out / "README.md"
+    files.append(ExportedFile(path=readme, rows=write_text(readme, longmemeval_readme(ds, files))))
     return files
+
+
+def longmemeval_readme(ds: Dataset, files: list[ExportedFile]) -> str:
+    """The export folder's README.md: what the files are, the commands that read them, the history cap."""
+    names = [f.path.name for f in files]
+    first = str(files[0].path) if files else "DIR/longmemeval_32k.json"
+    caps = ", ".join(f"{lme_history_cap(b):,} for {label}"
+                     for b, label in sorted(size_labels({c.budget_tokens for c in ds.contexts}).items()))
+    return (
+        f"# LongMemEval format: {ds.path.parent.name} {ds.path.name}\n\n"
+        "Written by `personagen export longmemeval`, in the format of `longmemeval_s` "
+        "(github.com/xiaowu0162/LongMemEval): " + ", ".join(f"`{n}`" for n in names) + ", one JSON list per budget, "
+        "one entry per placed question. The haystack is the history before the question; evidence sessions are "
+        "`answer_<id>` with `has_answer` on their turns; a question without evidence is an `_abs` entry; our type "
+        "is in `personamem_question_type`, the choices in `options`.\n\n"
+        "Read by LongMemEval's reader, in its `src/generation`:\n\n"
+        f"    python run_generation.py --in_file {first} --out_dir out --model_name gpt-4o --model_alias gpt-4o "
+        "--openai_key KEY --retriever_type orig-session --topk_context 1000 --history_format json --useronly false "
+        "--cot true\n\n"
+        "then `src/evaluation/evaluate_qa.py` and `print_qa_metrics.py` on its output (its types here: "
+        + ", ".join(sorted(set(LONGMEMEVAL_TYPES.values()) | {"multi-session"})) + "; with the other two absent, its "
+        "Task-averaged Accuracy is `nan`: read the per-task and Overall lines). Each entry's history, in "
+        "the reader's JSON format and `o200k_base` tokens, is within its cap for a model of the budget's length "
+        f"(its length less 1,800: {caps}), so the reader never truncates it.\n"
+    )
 
 
 def longmemeval_entries(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:

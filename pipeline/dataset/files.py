@@ -54,6 +54,13 @@ def _atomic_text(path: Path):
             tmp.unlink()
 
 
+def write_text(path: Path, text: str) -> int:
+    """Write a text file (UTF-8) atomically; returns its line count."""
+    with _atomic_text(path) as fh:
+        fh.write(text)
+    return text.count("\n")
+
+
 def write_csv(path: Path, header: list[str], rows: Iterable[dict[str, Any]]) -> int:
     """Write a CSV (RFC 4180 quoting) atomically; returns the row count."""
     n = 0

@@ -10,6 +10,15 @@ from pydantic import BaseModel
 
 from pipeline.dataset.assemble_contexts import layout, place_query, turn_prefix
 from pipeline.dataset.budget import message_tokens, profile_text
+from pipeline.dataset.fit import (
+    fill_floor,
+    fill_tokens,
+    fits,
+    lme_history_cap,
+    lme_session_tokens_many,
+    pm_ask_tokens,
+    pm_history_cap,
+)
 from schemas.context import Context, Placement
 from schemas.conversation import Session, Turn
 from schemas.manifest import ValidationReport
@@ -54,7 +63,8 @@ def validate_tables(
     _session_sums(sessions, turns_by, r)
     _token_rule(tables["turns"], r)
     _queries(tables["queries"], sessions, turns_by, r)
-    _contexts(tables, sessions, period_order, tolerance, r)
+    _contexts(tables, sessions, period_order, r)
+    _harness_fit(tables, sessions, turns_by, tolerance, r)
     _placements(tables, sessions, turns_by, r)
     return r.done({name: len(rows) for name, rows in tables.items()})
 
@@ -182,7 +192,7 @@ def _queries(queries: list[Query], sessions: dict[str, Session], turns_by: dict[
 
 
 def _contexts(t: dict[str, list[BaseModel]], sessions: dict[str, Session], period_order: list[str],
-              tolerance: float, r: _Report) -> None:
+              r: _Report) -> None:
     r.check("contexts: own or filler sessions, time and topic order, token sums, budget fill")
     profiles = {p.persona_id: message_tokens(profile_text(p)) for p in t["personas"]}
     rank = {name: i for i, name in enumerate(period_order)}
@@ -197,9 +207,32 @@ def _contexts(t: dict[str, list[BaseModel]], sessions: dict[str, Session], perio
         if (lay.n_tokens, filler) != (c.n_tokens, c.filler_tokens):
             r.error(f"contexts.n_tokens: {c.context_id} stores {c.n_tokens}/{c.filler_tokens} (total/filler), "
                     f"its sessions give {lay.n_tokens}/{filler}")
-        if not c.budget_tokens * (1 - tolerance) <= c.n_tokens <= c.budget_tokens:
-            r.error(f"contexts.n_tokens: {c.context_id} has {c.n_tokens} tokens, outside "
-                    f"[{c.budget_tokens * (1 - tolerance):.0f}, {c.budget_tokens}]")
+
+
+def _harness_fit(t: dict[str, list[BaseModel]], sessions: dict[str, Session], turns_by: dict[str, list[Turn]],
+                 tolerance: float, r: _Report) -> None:
+    """Each context within its budget as both harnesses receive it (pipeline/dataset/fit.py): every row's
+    history, question message and answer reserve for PersonaMem's script, the JSON history for
+    LongMemEval's reader; the larger ending within the tolerance below the budget."""
+    r.check("contexts fit the budget as PersonaMem's script and LongMemEval's reader send them")
+    used = sorted({sid for c in t["contexts"] for sid in c.session_ids if sid in sessions}
+                  | {sid for sid, s in sessions.items() if s.kind == "filler"})
+    lme = dict(zip(used, lme_session_tokens_many([turns_by.get(sid, []) for sid in used]), strict=True))
+    queries = {q.query_id: q for q in t["queries"]}
+    asks: dict[str, int] = defaultdict(int)
+    for p in t["placements"]:
+        if (q := queries.get(p.query_id)) is not None:
+            asks[p.context_id] = max(asks[p.context_id], pm_ask_tokens(q.question, [o.text for o in q.options]))
+    smallest = min((lme[sid] for sid, s in sessions.items() if s.kind == "filler"), default=0)
+    for c in t["contexts"]:
+        lme_total, ask = sum(lme.get(sid, 0) for sid in c.session_ids), asks[c.context_id]
+        if not fits(c.budget_tokens, c.n_tokens, lme_total, ask):
+            r.error(f"contexts.n_tokens: {c.context_id} is over its budget of {c.budget_tokens} as the harnesses "
+                    f"receive it: {c.n_tokens} tokens of messages (cap {pm_history_cap(c.budget_tokens, ask)} with "
+                    f"its longest question), {lme_total} of LongMemEval history (cap {lme_history_cap(c.budget_tokens)})")
+        elif ((fill := fill_tokens(c.budget_tokens, c.n_tokens, lme_total, ask))
+              < (floor := fill_floor(c.budget_tokens, tolerance, smallest))):
+            r.error(f"contexts.n_tokens: {c.context_id} fills {fill} of {c.budget_tokens} tokens, below {floor:.0f}")
 
 
 def _context_members(c: Context, members: list[Session], rank: dict[str, int], r: _Report) -> None:
