@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.queries.sources import Pools
+from pipeline.rng import derive_rng
 from pipeline.text.beats import content_words, mentioned
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
@@ -144,3 +145,34 @@ class Facts:
                   if e.kind == "life_event" and e.time < as_of and e.summary != cause.summary]
         rng.shuffle(others)
         return others
+
+    def causes(self, pref_id: str) -> list[Event]:
+        """Every life event behind some version of the preference (any time): none may be a wrong reason."""
+        return [c for v in self.timeline.versions(pref_id) if (c := self.life_cause(v)) is not None]
+
+    def decoy_reasons(self, pref_id: str, as_of: datetime, k: int) -> list[tuple[str, str]]:
+        """Up to ``k`` (grounding, summary) reasons that are false for this preference: the persona's own
+        life events before ``as_of`` that caused no version of it, then taxonomy events that never
+        happened. The order is fixed per (persona, preference), so every query about the preference
+        (generalize, revisit) shows the same decoys next to the real cause: a reason seen in another
+        question of the persona does not single out the answer."""
+        barred = {c.summary for c in self.causes(pref_id)}
+        own = sorted((e for e in self.timeline.events if e.kind == "life_event" and e.time < as_of
+                      and e.summary not in barred), key=lambda e: e.event_id)
+        rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_reasons")
+        rng.shuffle(own)
+        out, seen = [], set(barred)
+        for g, s in [(e.event_id, e.summary) for e in own] + [(f"taxonomy:{s}", s) for s in self.pools.unlived_events(rng, k + 4)]:
+            if s not in seen:
+                seen.add(s)
+                out.append((g, s))
+        return out[:k]
+
+    def decoy_item(self, topic: str, pref_id: str, exclude: tuple[str, ...] = ()) -> str | None:
+        """An item of the persona's own pool for ``topic`` never held nor named, fixed per (persona,
+        preference): the second item of an item x stance design (acknowledge, provide)."""
+        rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_item")
+        for item in self.spare_items(topic, rng, 3 + len(exclude)):
+            if item not in exclude:
+                return item
+        return None

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from pipeline.baselines import content_words
 from pipeline.queries.facts import Facts, TurnRef
 from pipeline.queries.sources import Pools, shadow_timelines
-from pipeline.queries.types import BUILDERS, FORGETFUL_TYPES, VARIANTS, Built, OptionPlan
+from pipeline.queries.types import BUILDERS, FORGETFUL_TYPES, FORGETFUL_WEIGHT, VARIANTS, Built, OptionPlan
 from pipeline.text.beats import topic_label
 from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig
@@ -80,10 +80,11 @@ def plan_queries(facts: Facts, *, settings: QuerySettings, rng: random.Random) -
         for variant in VARIANTS.get(qtype, ()):
             share = settings.abstain_share if variant == "abstention" else settings.no_change_share
             special += _take(facts, qtype, variant, _share_count(quota, share, rng), usage, rng, settings)
-        # a forgetful distractor appears (n_options - 1) times as often as the forgetful reply is right
+        # the forgetful reply is shown FORGETFUL_WEIGHT times as often as it is right (see types.py)
         abstained = sum(p.form == "abstention" for p in special)
         normal = max(1, quota - len(special))
-        rate = min(1.0, (facts.n_options - 1) * abstained / normal) if qtype in FORGETFUL_TYPES else 1.0
+        weight = FORGETFUL_WEIGHT.get(qtype, facts.n_options - 1)
+        rate = min(1.0, weight * abstained / normal) if qtype in FORGETFUL_TYPES else 1.0
         plans += special + _take(facts, qtype, "statement", quota - len(special), usage, rng, settings, rate)
     return [_ordered(p, pos, rng) for p, pos in zip(plans, balanced_positions(len(plans), facts.n_options, rng), strict=True)]
 
