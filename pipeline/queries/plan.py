@@ -84,7 +84,7 @@ def plan_queries(facts: Facts, *, settings: QuerySettings, rng: random.Random) -
         abstained = sum(p.form == "abstention" for p in special)
         normal = max(1, quota - len(special))
         weight = FORGETFUL_WEIGHT.get(qtype, facts.n_options - 1)
-        rate = min(1.0, weight * abstained / normal) if qtype in FORGETFUL_TYPES else 1.0
+        rate = min(1.0, weight * abstained / normal) if qtype in FORGETFUL_TYPES and weight else 1.0
         plans += special + _take(facts, qtype, "statement", quota - len(special), usage, rng, settings, rate)
     return [_ordered(p, pos, rng) for p, pos in zip(plans, balanced_positions(len(plans), facts.n_options, rng), strict=True)]
 
@@ -107,8 +107,10 @@ def _take(facts: Facts, qtype: str, variant: str, count: int, usage: Counter[str
     pool = _candidates(facts, qtype, rng, variant) if count > 0 else []
     out: list[QueryPlan] = []
     while pool and len(out) < count:
-        wanted = rng.choice(("like", "dislike"))  # the correct stance balanced, so no stance word gives it away
-        pick = min(pool, key=lambda c: (usage[c[0]], _stance(facts, c[1]) not in (wanted, None), c[2]))
+        # the correct stance balanced, so no stance word gives it away: a focal of the other stance costs
+        # as much as a topic used once more
+        wanted = rng.choice(("like", "dislike"))
+        pick = min(pool, key=lambda c: (usage[c[0]] + (miss := _stance(facts, c[1]) not in (wanted, None)), miss, c[2]))
         pool.remove(pick)
         draw = Draw(variant=variant, forgetful=rng.random() < forgetful_rate)
         plan = _plan_one(facts, qtype, pick[0], pick[1], rng, settings, draw)

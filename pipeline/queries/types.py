@@ -55,8 +55,10 @@ VARIANTS: dict[str, tuple[str, ...]] = {  # the variants besides "statement" eac
 }
 FORGETFUL_TYPES = ("recall_user_shared_facts", "acknowledge_latest_preferences", "track_full_preference_evolution")
 # how many statements show the forgetful reply per abstention: n - 1 where it is one option of n (so it is
-# right at the rate of any option); 1 for acknowledge, whose forgetful pair shows "not said" twice
-FORGETFUL_WEIGHT = {"acknowledge_latest_preferences": 1}
+# right at the rate of any option); 1 for acknowledge, whose forgetful pair shows "not said" twice; 0 =
+# always shown (track: its abstention share is the rate of one option, and a query without the reply
+# would be known to be no abstention)
+FORGETFUL_WEIGHT = {"acknowledge_latest_preferences": 1, "track_full_preference_evolution": 0}
 
 
 def did(summary: str) -> str:
@@ -324,14 +326,14 @@ def provide_preference_aligned_recommendations(facts: Facts, topic: str, pref: s
     item of the persona's pool in place of an avoided one).
 
     Rows: the focal item (its current stance correct, the other its outdated or violated stance) and
-    an item the persona never held nor named, from the persona's own pool (a demographic stereotype
-    when there is one, else a spare item; fixed per preference), both stances of it false. Each item
+    an item the persona never held nor named, from the persona's own pool, the pool the focal comes
+    from (a demographic stereotype of it when there is one, else a spare item fixed per preference), both stances of it false. Each item
     appears twice and each stance twice; the correct stance is balanced by the planner."""
     current, previous = facts.current_and_previous(pref, as_of)
     if current is None:
         return None
     item = current.item
-    stereo = facts.pools.stereotyped(topic, rng)
+    stereo = facts.pools.stereotyped(topic, rng, own_only=True)
     decoy = stereo if stereo and facts.unsaid(stereo) else facts.decoy_item(topic, pref)
     if decoy is None:
         return None
