@@ -168,11 +168,11 @@ class Facts:
                 out.append((g, s))
         return out[:k]
 
-    def decoy_item(self, topic: str, pref_id: str, exclude: tuple[str, ...] = ()) -> str | None:
+    def decoy_item(self, topic: str, pref_id: str, like: str) -> str | None:
         """An item of the persona's own pool for ``topic`` never held nor named, fixed per (persona,
-        preference): the second item of an item x stance design (acknowledge, provide)."""
+        preference), of about the length of ``like`` (the focal item): the second item of an item x
+        stance design (acknowledge, provide), so neither row stands out by its item."""
         rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_item")
-        for item in self.spare_items(topic, rng, 3 + len(exclude)):
-            if item not in exclude:
-                return item
-        return None
+        spare = [i for i in self.spare_items(topic, rng, 8) if i != like]
+        size = len(like.split())
+        return min(spare, key=lambda i: abs(len(i.split()) - size)) if spare else None

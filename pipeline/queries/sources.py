@@ -73,11 +73,15 @@ class Pools:
         items = [i.name for i in self._items(topic) if self.unheld(i.name)]
         return rng.sample(items, min(k, len(items)))
 
-    def stereotyped(self, topic: str, rng: random.Random, own_only: bool = False) -> str | None:
-        """An item whose tags match the persona's demographics and that the persona never held (from
-        the persona's own pool only, with ``own_only``; else the catalog when the pool has none)."""
+    def stereotyped_items(self, topic: str) -> set[str]:
+        """Items of the persona's pool whose tags match the persona's demographics."""
         tags = self.persona.attributes.stereotype_tags()
-        for pool in (self._items(topic),) if own_only else (self._items(topic), self._catalog(topic)):
+        return {i.name for i in self._items(topic) if tags & set(i.tags)}
+
+    def stereotyped(self, topic: str, rng: random.Random) -> str | None:
+        """An item whose tags match the persona's demographics and that the persona never held."""
+        tags = self.persona.attributes.stereotype_tags()
+        for pool in (self._items(topic), self._catalog(topic)):
             items = [i.name for i in pool if tags & set(i.tags) and self.unheld(i.name)]
             if items:
                 return rng.choice(items)

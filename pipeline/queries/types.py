@@ -180,7 +180,7 @@ def acknowledge_latest_preferences(facts: Facts, topic: str, focal: str, as_of: 
                    _opt("violates_preference", [other.key], frame.format(said, other.item)),
                    _opt("generic", [other.key], unsure.format(other.item))]
         return _built(facts, ASK_STANCE, item, options + others, keys, facts.updates(current.pref_id, as_of))
-    decoy = facts.decoy_item(topic, focal)
+    decoy = facts.decoy_item(topic, focal, item)
     if decoy is None:
         return None
     options = [_opt("correct", [current.key], frame.format(said, item)), flip,
@@ -326,27 +326,27 @@ def provide_preference_aligned_recommendations(facts: Facts, topic: str, pref: s
     item of the persona's pool in place of an avoided one).
 
     Rows: the focal item (its current stance correct, the other its outdated or violated stance) and
-    an item the persona never held nor named, from the persona's own pool, the pool the focal comes
-    from (a demographic stereotype of it when there is one, else a spare item fixed per preference), both stances of it false. Each item
+    an item the persona never held nor named, from the persona's own pool (the pool the focal comes
+    from), of about the focal's length and fixed per preference, both stances of it false. Each item
     appears twice and each stance twice; the correct stance is balanced by the planner."""
     current, previous = facts.current_and_previous(pref, as_of)
     if current is None:
         return None
     item = current.item
-    stereo = facts.pools.stereotyped(topic, rng, own_only=True)
-    decoy = stereo if stereo and facts.unsaid(stereo) else facts.decoy_item(topic, pref)
+    decoy = facts.decoy_item(topic, pref, item)
     if decoy is None:
         return None
     spare = [i for i in facts.spare_items(topic, rng, 6) if i not in (item, decoy)]
     if len(spare) < 2:
         return None
     alt = dict(zip((item, decoy), spare, strict=False))
-    role = "stereotypical" if decoy == stereo else "other_persona"
+    stereo = decoy in facts.pools.stereotyped_items(topic)
+    role = "stereotypical" if stereo else "other_persona"
 
     def text(thing: str, stance: str) -> str:
         return recommend_text(thing, stance, alt[thing])
 
-    grounded = [f"catalog:{decoy}"] if decoy == stereo else [f"inventory:{decoy}"]
+    grounded = [f"inventory:{decoy}"]
     options = [_opt("correct", [current.key, f"inventory:{alt[item]}"], text(item, current.stance)),
                _opt("outdated_preference", [previous.key], text(item, previous.stance)) if previous
                else _opt("violates_preference", [current.key], text(item, _flip(current.stance))),
