@@ -5,6 +5,14 @@ Every option of one type shares one sentence frame, so no frame tells the right 
 question (``ask``) never holds the answer, and its words avoid the frames' words. Every form a
 distractor takes is also the correct answer somewhere: "you have not told me" in abstention items
 (what is asked about was never voiced), "no change" for a preference that never changed (``variant``).
+
+Option sets are exchangeable: the answer must not follow from how the options relate to each other
+(pairs, prefixes, mirrors, the odd one out). Each builder shows a design in which every option has the
+same relations to the others (item x stance, reason x stance, chains closed under mirror and prefix)
+and draws the correct option's role in it uniformly, or at the rate the planner asks each form; its
+docstring says which relations exist and why none singles out the answer. Distractor items and reasons
+come from the pools the persona's questions draw from (its own inventory, its own life events, fixed
+per preference), and no distractor is true of the history.
 """
 
 from __future__ import annotations
