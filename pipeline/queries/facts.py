@@ -157,16 +157,23 @@ class Facts:
         (generalize, revisit) shows the same decoys next to the real cause: a reason seen in another
         question of the persona does not single out the answer."""
         barred = {c.summary for c in self.causes(pref_id)}
-        own = sorted((e for e in self.timeline.events if e.kind == "life_event" and e.time < as_of
-                      and e.summary not in barred), key=lambda e: e.event_id)
+        own = [(e.event_id, e.summary) for e in sorted(self.timeline.events, key=lambda e: e.event_id)
+               if e.kind == "life_event" and e.time < as_of and e.summary not in barred]
         rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_reasons")
-        rng.shuffle(own)
+        pool = own + [(f"taxonomy:{s}", s) for s in self.unlived_decoys()]
+        rng.shuffle(pool)
         out, seen = [], set(barred)
-        for g, s in [(e.event_id, e.summary) for e in own] + [(f"taxonomy:{s}", s) for s in self.pools.unlived_events(rng, k + 4)]:
+        for g, s in pool:
             if s not in seen:
                 seen.add(s)
                 out.append((g, s))
         return out[:k]
+
+    def unlived_decoys(self, k: int = 6) -> list[str]:
+        """``k`` taxonomy life events that never happened to the persona, fixed per persona: the
+        never-lived reasons of its revisit and generalize questions and the untold events of its recall
+        questions, so an event named in another question of the persona is no sign of the answer."""
+        return self.pools.unlived_events(derive_rng(0, self.persona.persona_id, "unlived_decoys"), k)
 
     def decoy_item(self, topic: str, pref_id: str, like: str) -> str | None:
         """An item of the persona's own pool for ``topic`` never held nor named, fixed per (persona,

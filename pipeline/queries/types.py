@@ -102,7 +102,8 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
 
     Every form asks about the named topic, so the question does not tell a statement from an
     abstention; the forgetful reply is shown (n - 1) times as often as it is right, so it is right at
-    the rate of any other option; the other options are events in one frame from one pool."""
+    the rate of any other option; the other options are events in one frame, the untold life events
+    being the persona's fixed never-lived decoys that its revisit and generalize questions show too."""
     frame = "You mentioned that you {}."
     if variant == "abstention":
         if facts.told_by(topic, as_of):
@@ -116,7 +117,9 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
         head = [_opt("correct", [focal], frame.format(did(event.summary)))]
         head += [_opt("forgetful", [], FORGOT)] if forgetful else []
         answer, keys = event.summary, [focal]
-    others = facts.pools.unlived_routines(topic, rng, facts.n_options) + facts.pools.unlived_events(rng, facts.n_options)
+    decoys = facts.unlived_decoys()
+    rng.shuffle(decoys)
+    others = facts.pools.unlived_routines(topic, rng, facts.n_options) + decoys
     rng.shuffle(others)
     options = head + [_opt("generic", [f"taxonomy:{s}"], frame.format(did(s))) for s in others]
     asked = "Can you remind me what I have been doing lately around {label}?"
@@ -127,7 +130,8 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
 # -- 2. suggest_new_ideas -------------------------------------------------------------------------------
 def suggest_new_ideas(facts: Facts, topic: str, _focal: str, as_of: datetime, rng, **_) -> Built | None:
     """Correct: an item of the persona's own pool never mentioned; distractors: items already voiced
-    (an outdated like first), drawn from that same pool and worded alike."""
+    (an outdated like first), drawn from that same pool and worded alike. Four different items in one
+    frame: no option shares its item, frame words or length class with some options and not others."""
     spare = facts.spare_items(topic, rng, 1)
     fresh = spare or facts.pools.fresh_items(topic, rng, 1)
     if not fresh:
