@@ -108,9 +108,12 @@ def _take(facts: Facts, qtype: str, variant: str, count: int, usage: Counter[str
     out: list[QueryPlan] = []
     while pool and len(out) < count:
         # the correct stance balanced, so no stance word gives it away: a focal of the other stance costs
-        # as much as a topic used once more
+        # as much as a topic used once more, and for changed preferences (which end disliked more often)
+        # it weighs before the topic spread
         wanted = rng.choice(("like", "dislike"))
-        pick = min(pool, key=lambda c: (usage[c[0]] + (miss := _stance(facts, c[1]) not in (wanted, None)), miss, c[2]))
+        first = 1 if qtype in CHANGE_TYPES else 0
+        pick = min(pool, key=lambda c: ((miss := _stance(facts, c[1]) not in (wanted, None)) * first,
+                                        usage[c[0]] + miss, miss, c[2]))
         pool.remove(pick)
         draw = Draw(variant=variant, forgetful=rng.random() < forgetful_rate)
         plan = _plan_one(facts, qtype, pick[0], pick[1], rng, settings, draw)
