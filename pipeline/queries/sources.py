@@ -78,15 +78,6 @@ class Pools:
         tags = self.persona.attributes.stereotype_tags()
         return {i.name for i in self._items(topic) if tags & set(i.tags)}
 
-    def stereotyped(self, topic: str, rng: random.Random) -> str | None:
-        """An item whose tags match the persona's demographics and that the persona never held."""
-        tags = self.persona.attributes.stereotype_tags()
-        for pool in (self._items(topic), self._catalog(topic)):
-            items = [i.name for i in pool if tags & set(i.tags) and self.unheld(i.name)]
-            if items:
-                return rng.choice(items)
-        return None
-
     def shadow_likes(self, topic: str) -> list[tuple[str, PreferenceVersion]]:
         """(shadow persona id, version) for current likes of the shadows in ``topic`` the persona never held."""
         return [(pid, v) for pid, v in self.shadow_current(topic) if v.stance == "like"]
