@@ -102,25 +102,29 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
 
     Every form asks about the named topic, so the question does not tell a statement from an
     abstention; the forgetful reply is shown (n - 1) times as often as it is right, so it is right at
-    the rate of any other option; the other options are events in one frame, the untold life events
-    being the persona's fixed never-lived decoys that its revisit and generalize questions show too."""
+    the rate of any other option; the other options are events in one frame and of the answer's kind
+    (life events or routines; in an abstention a kind drawn at the rate the persona's told events have
+    it), so the kind does not tell the answer; untold life events are the persona's fixed never-lived
+    decoys, which its revisit and generalize questions show too."""
     frame = "You mentioned that you {}."
     if variant == "abstention":
         if facts.told_by(topic, as_of):
             return None
         head = [_opt("correct", [f"{ABSENT}topic:{topic}"], FORGOT)]
         answer, keys = FORGOT, []
+        told = [facts.timeline.event(e).kind for t in facts.by_topic for e in facts.told_events(t)]
+        kind = "life_event" if rng.random() < (told.count("life_event") / len(told) if told else 0.5) else "routine"
     else:
         event = facts.timeline.event(focal)
         if event.time >= as_of:
             return None
         head = [_opt("correct", [focal], frame.format(did(event.summary)))]
         head += [_opt("forgetful", [], FORGOT)] if forgetful else []
-        answer, keys = event.summary, [focal]
+        answer, keys, kind = event.summary, [focal], event.kind
     decoys = facts.unlived_decoys()
     rng.shuffle(decoys)
-    others = facts.pools.unlived_routines(topic, rng, facts.n_options) + decoys
-    rng.shuffle(others)
+    routines = facts.pools.unlived_routines(topic, rng, facts.n_options)
+    others = (routines + decoys) if kind == "routine" else (decoys + routines)  # the answer's kind first
     options = head + [_opt("generic", [f"taxonomy:{s}"], frame.format(did(s))) for s in others]
     asked = "Can you remind me what I have been doing lately around {label}?"
     ask = (asked, asked.format(label=topic_label(topic)))  # the topic named in every form, abstention or not
