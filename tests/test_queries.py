@@ -30,6 +30,7 @@ from pipeline.queries.plan import balanced_positions, persona_facts, plan_querie
 from pipeline.queries.types import DEFAULT_SITUATIONS, SITUATIONS, chain_set
 from pipeline.rng import derive_rng
 from pipeline.run.persona_text import build_persona_text
+from pipeline.timeline.catalog import load_taxonomy
 from pipeline.timeline.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings
@@ -350,3 +351,19 @@ def test_correct_stance_is_balanced_where_both_stances_are_shown(fifty):
     for qtype in ("generalize_to_new_scenarios", "provide_preference_aligned_recommendations"):
         stances = Counter(" you enjoy " in q.options[q.correct_index].text for q in _kept(fifty, qtype))
         assert 0.38 < stances[True] / sum(stances.values()) < 0.62, (qtype, stances)
+
+
+def test_recall_distractors_are_of_the_answers_kind(fifty):
+    lives = {s for c in load_taxonomy().life_event_categories.values() for s in c.summaries}
+    checked = 0
+    for q in _kept(fifty, "recall_user_shared_facts"):
+        correct = q.options[q.correct_index]
+        if q.abstains() or not correct.grounding:
+            continue
+        facts = _facts(fifty, q.persona_id)
+        if facts.timeline.event(correct.grounding[0]).kind != "life_event":
+            continue
+        generic = [o.grounding[0].removeprefix("taxonomy:") for o in q.options if o.role == "generic"]
+        assert generic and all(s in lives for s in generic), generic
+        checked += 1
+    assert checked > 20
