@@ -15,7 +15,7 @@ from pipeline.generate_queries import generate_queries
 from pipeline.llm import LLM
 from pipeline.queries.facts import Facts
 from pipeline.queries.filtering import ProbeFailed, filter_queries
-from pipeline.queries.gates import structural_problems
+from pipeline.queries.gates import OUTDATED_TYPES, structural_problems
 from pipeline.queries.plan import persona_facts
 from pipeline.run.persona_text import build_persona_text
 from pipeline.text.beats import Beat, beat_problem, fallback_exchange
@@ -168,7 +168,7 @@ def test_abstention_and_no_change_items_are_true_by_construction(personas):
             if form == "no_change":
                 pref = correct.grounding[0].split("@")[0]
                 assert facts.updates(pref, q.as_of) == 0 and q.evidence
-            if q.n_pref_updates and q.type != "recall_user_shared_facts":
+            if q.n_pref_updates and q.type in OUTDATED_TYPES:
                 assert any(o.role == "outdated_preference" for o in q.options)
     assert ("track_full_preference_evolution", "no_change") in forms
     assert any(f == "abstention" for _, f in forms)

@@ -4,6 +4,7 @@ gates that fail closed, code-written fallback wording, and baselines near chance
 from __future__ import annotations
 
 import random
+import re
 from collections import Counter
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ from pipeline.config import load_config
 from pipeline.generate_queries import QueryStats, generate_queries
 from pipeline.llm import LLM
 from pipeline.queries.gates import (
+    OUTDATED_TYPES,
     code_wording,
     length_problem,
     overlap_problem,
@@ -25,8 +27,10 @@ from pipeline.queries.gates import (
     wording_problem,
 )
 from pipeline.queries.plan import balanced_positions, persona_facts, plan_queries
+from pipeline.queries.types import DEFAULT_SITUATIONS, SITUATIONS, chain_set
 from pipeline.rng import derive_rng
 from pipeline.run.persona_text import build_persona_text
+from pipeline.timeline.catalog import load_taxonomy
 from pipeline.timeline.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings
@@ -75,8 +79,8 @@ def test_fifty_personas_every_kept_query_is_structurally_valid(fifty):
 
 def test_fifty_personas_update_queries_carry_an_outdated_option(fifty):
     _, results = fifty
-    updates = [q for _, queries, _ in results for q in queries if q.n_pref_updates and q.type != "recall_user_shared_facts"]
-    assert len(updates) > 300
+    updates = [q for _, queries, _ in results for q in queries if q.n_pref_updates and q.type in OUTDATED_TYPES]
+    assert len(updates) > 250
     for q in updates:
         outdated = [o for o in q.options if o.role == "outdated_preference"]
         assert outdated and all(o.grounding for o in outdated)
@@ -225,7 +229,7 @@ def test_code_wording_passes_the_length_gate_by_construction(tmp_path):
 
 def test_structural_validation_catches_broken_labels(tmp_path):
     facts, plans = _plans(tmp_path)
-    plan = next(p for p in plans if p.type == "acknowledge_latest_preferences" and p.n_pref_updates)
+    plan = next(p for p in plans if p.type == "revisit_reasons_behind_preference_updates" and p.n_pref_updates)
     query = plan.to_query(plan.ask, [o.text for o in plan.options], {})
     assert structural_problems(query, facts) == []
     outdated = next(i for i, o in enumerate(query.options) if o.role == "outdated_preference")
@@ -254,3 +258,112 @@ def test_queries_cli_writes_the_table_and_reports(tmp_path):
     assert (out / "queries.parquet").exists() and (out / "turns.parquet").exists()
     for line in ("LLM calls per kept query", "wording fallback rate", "longest option", "lexical overlap"):
         assert line in result.output
+
+
+# -- exchangeable option sets (issue 23) ------------------------------------------------------------------
+def _kept(fifty, qtype):
+    return [q for _, queries, _ in fifty[1] for q in queries if q.type == qtype]
+
+
+def _facts(fifty, persona_id):
+    config, results = fifty
+    text = next(t for t, _, _ in results if t.persona.persona_id == persona_id)
+    return persona_facts(text.persona, text.timeline, text.sessions, config=config, inventory=text.inventory)
+
+
+def test_chain_sets_are_closed_under_mirror_and_prefix_and_draw_the_role():
+    mirror = lambda c: tuple("dislike" if s == "like" else "like" for s in c)  # noqa: E731
+    rng, roles = random.Random(0), Counter()
+    for length in (1, 2, 3):
+        stances = ["like", "dislike", "like"][:length]
+        for n in (3, 4):
+            for _ in range(200):
+                shown = [tuple(c) for c in chain_set(stances, n, rng)]
+                assert shown[0] == tuple(stances) and len(set(shown)) == n
+                if n == 4:  # every chain has its mirror; the longer two have their one-step prefix
+                    assert all(mirror(c) in shown for c in shown)
+                    long = max(map(len, shown))
+                    assert all(c[:-1] in shown for c in shown if len(c) == long)
+                else:  # {A, mirror of A, prefix of A}
+                    assert any({a, mirror(a), a[:-1]} == set(shown) for a in shown if len(a) > 1)
+                    if length > 1:
+                        roles["full" if shown[0][:-1] in shown else "mirror"] += 1
+    assert 0.4 < roles["full"] / sum(roles.values()) < 0.6
+
+
+def test_track_always_shows_the_forgetful_reply_and_three_chains(fifty):
+    for q in _kept(fifty, "track_full_preference_evolution"):
+        texts = [o.text for o in q.options]
+        assert sum(t.startswith("This is the first") for t in texts) == 1
+        assert sum("All along" in t for t in texts) <= 1
+
+
+def test_generalize_is_two_reasons_by_two_stances_about_a_named_situation(fifty):
+    situations = {s for group in SITUATIONS.values() for s in group} | set(DEFAULT_SITUATIONS)
+    for q in _kept(fifty, "generalize_to_new_scenarios"):
+        reasons = Counter(t.split(", I would plan")[0] for t in (o.text for o in q.options))
+        stances = Counter("enjoy" if " you enjoy " in o.text else "avoid" for o in q.options)
+        assert sorted(reasons.values()) == [2, 2] and sorted(stances.values()) == [2, 2]
+        assert any(q.question.startswith(s) for s in situations), q.question
+
+
+STANCE_ITEM = re.compile(r"You have (?:said that you (?:enjoy|avoid) (.+?) at this point|not yet said how you feel about (.+?))\.")
+
+
+def test_item_by_stance_designs_show_every_item_twice(fifty):
+    for qtype, head in (("acknowledge_latest_preferences", None), ("provide_preference_aligned_recommendations", "Since you ")):
+        for q in _kept(fifty, qtype):
+            if qtype == "provide_preference_aligned_recommendations":
+                items = Counter(o.text.removeprefix(head).split(", I would")[0].split(" ", 1)[1] for o in q.options)
+            else:
+                items = Counter(next(g for g in STANCE_ITEM.match(o.text).groups() if g) for o in q.options)
+            assert sorted(items.values()) == [2, 2], (qtype, [o.text for o in q.options])
+
+
+def test_every_provide_option_recommends_something(fifty):
+    for q in _kept(fifty, "provide_preference_aligned_recommendations"):
+        for o in q.options:
+            assert "I would recommend " in o.text and "point you away" not in o.text
+
+
+def test_revisit_names_its_item_and_no_wrong_reason_caused_a_change_of_it(fifty):
+    seen = 0
+    for q in _kept(fifty, "revisit_reasons_behind_preference_updates"):
+        facts = _facts(fifty, q.persona_id)
+        pref = q.provenance["focal"]
+        item = facts.timeline.versions(pref)[-1].item
+        assert item in q.question  # "has not changed" is about this item only, never another of the topic
+        assert sum("has not changed" in o.text for o in q.options) == 1
+        causes = {c.event_id for c in facts.causes(pref)} | {f"taxonomy:{c.summary}" for c in facts.causes(pref)}
+        for o in q.options:
+            if o.role == "wrong_reason":
+                assert not set(o.grounding) & causes
+                seen += 1
+    assert seen > 100
+
+
+def test_recall_asks_about_the_topic_in_every_form(fifty):
+    for q in _kept(fifty, "recall_user_shared_facts"):
+        assert q.question.startswith("Can you remind me what I have been doing lately around ")
+
+
+def test_correct_stance_is_balanced_where_both_stances_are_shown(fifty):
+    for qtype in ("generalize_to_new_scenarios", "provide_preference_aligned_recommendations"):
+        stances = Counter(" you enjoy " in q.options[q.correct_index].text for q in _kept(fifty, qtype))
+        assert 0.38 < stances[True] / sum(stances.values()) < 0.62, (qtype, stances)
+
+
+def test_recall_distractors_are_of_the_answers_kind(fifty):
+    lives = {s for c in load_taxonomy().life_event_categories.values() for s in c.summaries}
+    checked = 0
+    for q in _kept(fifty, "recall_user_shared_facts"):
+        correct = q.options[q.correct_index]
+        if q.abstains() or not correct.grounding:
+            continue
+        facts = _facts(fifty, q.persona_id)
+        if facts.timeline.event(correct.grounding[0]).kind != "life_event":
+            continue
+        generic = [o.grounding[0].removeprefix("taxonomy:") for o in q.options if o.role == "generic"]
+        assert generic and all(s in lives for s in generic), generic
+        checked += 1
+    assert checked > 20

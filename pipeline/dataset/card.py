@@ -163,7 +163,9 @@ def _forms(queries: list) -> str:
     forms = ("statement", "abstention", "no_change")
     rows = [[t, *(f"{c[f] / sum(c.values()):.0%}" for f in forms)] for t, c in sorted(mix.items())]
     return ("## Form of the correct answer per type\n\nEvery form a distractor takes is also the right answer "
-            "somewhere, so no form gives the answer away.\n\n" + _table(["type", *forms], rows))
+            "somewhere, so no form gives the answer away; and each type's options are a design in which every "
+            "option relates to the others alike (item x stance, reason x stance, chains closed under mirror and "
+            "prefix), so how the options relate does not give it away either.\n\n" + _table(["type", *forms], rows))
 
 
 def _filtering(probe: dict | None, stance: dict | None) -> str:

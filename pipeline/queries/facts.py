@@ -11,6 +11,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.queries.sources import Pools
+from pipeline.rng import derive_rng
 from pipeline.text.beats import content_words, mentioned
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
@@ -144,3 +145,41 @@ class Facts:
                   if e.kind == "life_event" and e.time < as_of and e.summary != cause.summary]
         rng.shuffle(others)
         return others
+
+    def causes(self, pref_id: str) -> list[Event]:
+        """Every life event behind some version of the preference (any time): none may be a wrong reason."""
+        return [c for v in self.timeline.versions(pref_id) if (c := self.life_cause(v)) is not None]
+
+    def decoy_reasons(self, pref_id: str, as_of: datetime, k: int) -> list[tuple[str, str]]:
+        """Up to ``k`` (grounding, summary) reasons that are false for this preference: the persona's own
+        life events before ``as_of`` that caused no version of it, then taxonomy events that never
+        happened. The order is fixed per (persona, preference), so every query about the preference
+        (generalize, revisit) shows the same decoys next to the real cause: a reason seen in another
+        question of the persona does not single out the answer."""
+        barred = {c.summary for c in self.causes(pref_id)}
+        own = [(e.event_id, e.summary) for e in sorted(self.timeline.events, key=lambda e: e.event_id)
+               if e.kind == "life_event" and e.time < as_of and e.summary not in barred]
+        rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_reasons")
+        pool = own + [(f"taxonomy:{s}", s) for s in self.unlived_decoys()]
+        rng.shuffle(pool)
+        out, seen = [], set(barred)
+        for g, s in pool:
+            if s not in seen:
+                seen.add(s)
+                out.append((g, s))
+        return out[:k]
+
+    def unlived_decoys(self, k: int = 6) -> list[str]:
+        """``k`` taxonomy life events that never happened to the persona, fixed per persona: the
+        never-lived reasons of its revisit and generalize questions and the untold events of its recall
+        questions, so an event named in another question of the persona is no sign of the answer."""
+        return self.pools.unlived_events(derive_rng(0, self.persona.persona_id, "unlived_decoys"), k)
+
+    def decoy_item(self, topic: str, pref_id: str, like: str) -> str | None:
+        """An item of the persona's own pool for ``topic`` never held nor named, fixed per (persona,
+        preference), of about the length of ``like`` (the focal item): the second item of an item x
+        stance design (acknowledge, provide), so neither row stands out by its item."""
+        rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_item")
+        spare = [i for i in self.spare_items(topic, rng, 8) if i != like]
+        size = len(like.split())
+        return min(spare, key=lambda i: abs(len(i.split()) - size)) if spare else None

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from pipeline.baselines import content_words
 from pipeline.queries.facts import Facts, TurnRef
 from pipeline.queries.sources import Pools, shadow_timelines
-from pipeline.queries.types import BUILDERS, FORGETFUL_TYPES, VARIANTS, Built, OptionPlan
+from pipeline.queries.types import BUILDERS, FORGETFUL_TYPES, FORGETFUL_WEIGHT, VARIANTS, Built, OptionPlan
 from pipeline.text.beats import topic_label
 from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig
@@ -80,10 +80,11 @@ def plan_queries(facts: Facts, *, settings: QuerySettings, rng: random.Random) -
         for variant in VARIANTS.get(qtype, ()):
             share = settings.abstain_share if variant == "abstention" else settings.no_change_share
             special += _take(facts, qtype, variant, _share_count(quota, share, rng), usage, rng, settings)
-        # a forgetful distractor appears (n_options - 1) times as often as the forgetful reply is right
+        # the forgetful reply is shown FORGETFUL_WEIGHT times as often as it is right (see types.py)
         abstained = sum(p.form == "abstention" for p in special)
         normal = max(1, quota - len(special))
-        rate = min(1.0, (facts.n_options - 1) * abstained / normal) if qtype in FORGETFUL_TYPES else 1.0
+        weight = FORGETFUL_WEIGHT.get(qtype, facts.n_options - 1)
+        rate = min(1.0, weight * abstained / normal) if qtype in FORGETFUL_TYPES and weight else 1.0
         plans += special + _take(facts, qtype, "statement", quota - len(special), usage, rng, settings, rate)
     return [_ordered(p, pos, rng) for p, pos in zip(plans, balanced_positions(len(plans), facts.n_options, rng), strict=True)]
 
@@ -106,8 +107,13 @@ def _take(facts: Facts, qtype: str, variant: str, count: int, usage: Counter[str
     pool = _candidates(facts, qtype, rng, variant) if count > 0 else []
     out: list[QueryPlan] = []
     while pool and len(out) < count:
-        wanted = rng.choice(("like", "dislike"))  # the correct stance balanced, so no stance word gives it away
-        pick = min(pool, key=lambda c: (usage[c[0]], _stance(facts, c[1]) not in (wanted, None), c[2]))
+        # the correct stance balanced, so no stance word gives it away: a focal of the other stance costs
+        # as much as a topic used once more, and for changed preferences (which end disliked more often)
+        # it weighs before the topic spread
+        wanted = rng.choice(("like", "dislike"))
+        first = 1 if qtype in CHANGE_TYPES else 0
+        pick = min(pool, key=lambda c: ((miss := _stance(facts, c[1]) not in (wanted, None)) * first,
+                                        usage[c[0]] + miss, miss, c[2]))
         pool.remove(pick)
         draw = Draw(variant=variant, forgetful=rng.random() < forgetful_rate)
         plan = _plan_one(facts, qtype, pick[0], pick[1], rng, settings, draw)

@@ -73,14 +73,10 @@ class Pools:
         items = [i.name for i in self._items(topic) if self.unheld(i.name)]
         return rng.sample(items, min(k, len(items)))
 
-    def stereotyped(self, topic: str, rng: random.Random) -> str | None:
-        """An item whose tags match the persona's demographics and that the persona never held."""
+    def stereotyped_items(self, topic: str) -> set[str]:
+        """Items of the persona's pool whose tags match the persona's demographics."""
         tags = self.persona.attributes.stereotype_tags()
-        for pool in (self._items(topic), self._catalog(topic)):
-            items = [i.name for i in pool if tags & set(i.tags) and self.unheld(i.name)]
-            if items:
-                return rng.choice(items)
-        return None
+        return {i.name for i in self._items(topic) if tags & set(i.tags)}
 
     def shadow_likes(self, topic: str) -> list[tuple[str, PreferenceVersion]]:
         """(shadow persona id, version) for current likes of the shadows in ``topic`` the persona never held."""

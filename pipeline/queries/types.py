@@ -5,6 +5,14 @@ Every option of one type shares one sentence frame, so no frame tells the right 
 question (``ask``) never holds the answer, and its words avoid the frames' words. Every form a
 distractor takes is also the correct answer somewhere: "you have not told me" in abstention items
 (what is asked about was never voiced), "no change" for a preference that never changed (``variant``).
+
+Option sets are exchangeable: the answer must not follow from how the options relate to each other
+(pairs, prefixes, mirrors, the odd one out). Each builder shows a design in which every option has the
+same relations to the others (item x stance, reason x stance, chains closed under mirror and prefix)
+and draws the correct option's role in it uniformly, or at the rate the planner asks each form; its
+docstring says which relations exist and why none singles out the answer. Distractor items and reasons
+come from the pools the persona's questions draw from (its own inventory, its own life events, fixed
+per preference), and no distractor is true of the history.
 """
 
 from __future__ import annotations
@@ -54,6 +62,11 @@ VARIANTS: dict[str, tuple[str, ...]] = {  # the variants besides "statement" eac
     "revisit_reasons_behind_preference_updates": ("no_change",),
 }
 FORGETFUL_TYPES = ("recall_user_shared_facts", "acknowledge_latest_preferences", "track_full_preference_evolution")
+# how many statements show the forgetful reply per abstention: n - 1 where it is one option of n (so it is
+# right at the rate of any option); 1 for acknowledge, whose forgetful pair shows "not said" twice; 0 =
+# always shown (track: its abstention share is the rate of one option, and a query without the reply
+# would be known to be no abstention)
+FORGETFUL_WEIGHT = {"acknowledge_latest_preferences": 1, "track_full_preference_evolution": 0}
 
 
 def did(summary: str) -> str:
@@ -85,33 +98,44 @@ def _built(facts: Facts, ask: tuple[str, str], answer: str, options: list[Option
 def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: datetime, rng, variant: Variant = "statement",
                              forgetful: bool = True) -> Built | None:
     """Correct: an event the user told in this topic, or (abstention: nothing told in it) "you have not
-    shared anything"; distractors: things never told, and the forgetful reply when it is wrong."""
+    shared anything"; distractors: things never told, and the forgetful reply when it is wrong.
+
+    Every form asks about the named topic, so the question does not tell a statement from an
+    abstention; the forgetful reply is shown (n - 1) times as often as it is right, so it is right at
+    the rate of any other option; the other options are events in one frame and of the answer's kind
+    (life events or routines; in an abstention a kind drawn at the rate the persona's told events have
+    it), so the kind does not tell the answer; untold life events are the persona's fixed never-lived
+    decoys, which its revisit and generalize questions show too."""
     frame = "You mentioned that you {}."
     if variant == "abstention":
         if facts.told_by(topic, as_of):
             return None
         head = [_opt("correct", [f"{ABSENT}topic:{topic}"], FORGOT)]
         answer, keys = FORGOT, []
+        told = [facts.timeline.event(e).kind for t in facts.by_topic for e in facts.told_events(t)]
+        kind = "life_event" if rng.random() < (told.count("life_event") / len(told) if told else 0.5) else "routine"
     else:
         event = facts.timeline.event(focal)
         if event.time >= as_of:
             return None
         head = [_opt("correct", [focal], frame.format(did(event.summary)))]
         head += [_opt("forgetful", [], FORGOT)] if forgetful else []
-        answer, keys = event.summary, [focal]
-    others = facts.pools.unlived_routines(topic, rng, facts.n_options) + facts.pools.unlived_events(rng, facts.n_options)
-    rng.shuffle(others)
+        answer, keys, kind = event.summary, [focal], event.kind
+    decoys = facts.unlived_decoys()
+    rng.shuffle(decoys)
+    routines = facts.pools.unlived_routines(topic, rng, facts.n_options)
+    others = (routines + decoys) if kind == "routine" else (decoys + routines)  # the answer's kind first
     options = head + [_opt("generic", [f"taxonomy:{s}"], frame.format(did(s))) for s in others]
     asked = "Can you remind me what I have been doing lately around {label}?"
-    ask = (asked, asked.format(label=topic_label(topic)) if variant == "abstention"
-           else "Can you remind me what I have been doing lately?")
+    ask = (asked, asked.format(label=topic_label(topic)))  # the topic named in every form, abstention or not
     return _built(facts, ask, answer, options, keys, form=variant)
 
 
 # -- 2. suggest_new_ideas -------------------------------------------------------------------------------
 def suggest_new_ideas(facts: Facts, topic: str, _focal: str, as_of: datetime, rng, **_) -> Built | None:
     """Correct: an item of the persona's own pool never mentioned; distractors: items already voiced
-    (an outdated like first), drawn from that same pool and worded alike."""
+    (an outdated like first), drawn from that same pool and worded alike. Four different items in one
+    frame: no option shares its item, frame words or length class with some options and not others."""
     spare = facts.spare_items(topic, rng, 1)
     fresh = spare or facts.pools.fresh_items(topic, rng, 1)
     if not fresh:
@@ -132,28 +156,52 @@ def suggest_new_ideas(facts: Facts, topic: str, _focal: str, as_of: datetime, rn
 # -- 3. acknowledge_latest_preferences --------------------------------------------------------------------
 def acknowledge_latest_preferences(facts: Facts, topic: str, focal: str, as_of: datetime, rng,
                                    variant: Variant = "statement", forgetful: bool = True) -> Built | None:
-    """Correct: the version valid at as_of, or (abstention: an item never voiced) "you have not said";
-    distractors: the superseded or flipped stance, another persona's preference, forgetting."""
+    """Two items x two forms, every option true of exactly one reading: each item appears twice and each
+    form twice, so every option shares its item with one option and its form with another.
+
+    The forms are two of "you enjoy it", "you avoid it", "you have not said": without the forgetful
+    form, {enjoy, avoid} x {focal item, a never-voiced item of the persona's pool}; with it, {the focal's
+    stance, not said} x {focal, a held item of the opposite stance} in statements, and in the abstention
+    (focal never voiced) {a stance, not said} x {focal, a held item whose stance is the other}. The
+    planner shows the forgetful pair as often as the abstention is asked, so in a pair with "not said"
+    it is right half the time; the focal's row is never told by the options."""
     frame = "You have said that you {} {} at this point."
     unsure = "You have not yet said how you feel about {}."
-    others = _other_persona(facts, topic, rng, lambda v: frame.format(PRESENT[v.stance], v.item))
+    others = _other_persona(facts, topic, rng, lambda v: frame.format(PRESENT[v.stance], v.item))  # beyond 4
     if variant == "abstention":
         if not facts.unsaid(focal):
             return None
-        options = [_opt("correct", [f"{ABSENT}{focal}"], unsure.format(focal))]
-        options += [_opt("generic", [], frame.format(PRESENT[s], focal)) for s in ("like", "dislike")]
+        held = [v for v in facts.held(topic, as_of) if facts.refs([v.key], as_of)]
+        if not held:
+            return None
+        other = rng.choice(held)
+        form = PRESENT[_flip(other.stance)]
+        options = [_opt("correct", [f"{ABSENT}{focal}"], unsure.format(focal)),
+                   _opt("generic", [], frame.format(form, focal)),
+                   _opt("violates_preference", [other.key], frame.format(form, other.item)),
+                   _opt("generic", [other.key], unsure.format(other.item))]
         return _built(facts, ASK_STANCE, focal, options + others, [], form=variant)
     current, previous = facts.current_and_previous(focal, as_of)
     if current is None:
         return None
-    options = [_opt("correct", [current.key], frame.format(PRESENT[current.stance], current.item))]
-    if previous is not None:
-        options.append(_opt("outdated_preference", [previous.key], frame.format(PRESENT[previous.stance], current.item)))
-    else:
-        options.append(_opt("violates_preference", [current.key], frame.format(PRESENT[_flip(current.stance)], current.item)))
-    options += others[:1] + ([_opt("forgetful", [], unsure.format(current.item))] if forgetful else []) + others[1:]
+    item, said = current.item, PRESENT[current.stance]
+    flip = (_opt("outdated_preference", [previous.key], frame.format(PRESENT[previous.stance], item)) if previous
+            else _opt("violates_preference", [current.key], frame.format(PRESENT[_flip(current.stance)], item)))
     keys = [current.key] + ([previous.key] if previous else [])
-    return _built(facts, ASK_STANCE, current.item, options, keys, facts.updates(current.pref_id, as_of))
+    opposite = [v for v in facts.held(topic, as_of) if v.stance != current.stance and facts.refs([v.key], as_of)]
+    if forgetful and opposite:
+        other = rng.choice(opposite)
+        options = [_opt("correct", [current.key], frame.format(said, item)),
+                   _opt("forgetful", [], unsure.format(item)),
+                   _opt("violates_preference", [other.key], frame.format(said, other.item)),
+                   _opt("generic", [other.key], unsure.format(other.item))]
+        return _built(facts, ASK_STANCE, item, options + others, keys, facts.updates(current.pref_id, as_of))
+    decoy = facts.decoy_item(topic, focal, item)
+    if decoy is None:
+        return None
+    options = [_opt("correct", [current.key], frame.format(said, item)), flip,
+               *[_opt("generic", [f"inventory:{decoy}"], frame.format(PRESENT[s], decoy)) for s in ("like", "dislike")]]
+    return _built(facts, ASK_STANCE, item, options + others, keys, facts.updates(current.pref_id, as_of))
 
 
 ASK_STANCE = ("Where do I stand these days on {label}, as far as you know?",
@@ -179,47 +227,85 @@ def chain_text(item: str, stances: list[str]) -> str:
     return f"At first you {PAST[stances[0]]} {item}{middle}, and at present you {PRESENT[stances[-1]]} it."
 
 
+def _mirror(stances: list[str]) -> list[str]:
+    return [_flip(s) for s in stances]
+
+
+def _extend(stances: list[str]) -> list[str]:
+    return [*stances, _flip(stances[-1])]
+
+
+def chain_set(stances: list[str], n: int, rng) -> list[list[str]]:
+    """``n`` chains (3 or 4) closed under the mirror and the one-step prefix, the given chain first.
+
+    With 4: the given chain, its mirror and their common-length partners, either one step shorter (the
+    chain in the long role) or one step longer (in the short role): every option has its mirror, and
+    each long option its prefix. With 3: {chain A, mirror of A, prefix of A}, the given chain as A
+    ("full"), as the mirror of A ("mirror") or as the prefix of A ("short"). A one-stance chain can only
+    take the short role; longer chains take the long roles (uniformly), so the short role is right as
+    often as the no-change form is asked (about a third of the chain queries by default)."""
+    roles = ["short"] if len(stances) == 1 else (["full", "mirror"] if n == 3 else ["long"])
+    role = rng.choice(roles)
+    if n == 3:
+        if role == "full":
+            return [stances, _mirror(stances), stances[:-1]]
+        if role == "mirror":
+            return [stances, _mirror(stances), _mirror(stances)[:-1]]
+        return [stances, _extend(stances), _mirror(_extend(stances))]
+    if role == "long":
+        return [stances, _mirror(stances), stances[:-1], _mirror(stances)[:-1]]
+    return [stances, _mirror(stances), _extend(stances), _extend(_mirror(stances))]
+
+
 def track_full_preference_evolution(facts: Facts, topic: str, focal: str, as_of: datetime, rng,
                                     variant: Variant = "statement", forgetful: bool = True) -> Built | None:
     """Correct: the full ordered chain (one stance all along when it never changed), or (abstention: an
-    item never voiced) "this is the first I hear of it"; distractors: the chain before the last change,
-    wrong sequences, forgetting."""
+    item never voiced) "this is the first I hear of it".
+
+    The chains shown are a set closed under mirror and prefix (``chain_set``): with the forgetful reply,
+    three chains {A, mirror of A, prefix of A} and the reply; without it, four chains, two lengths x two
+    mirrors. An abstention shows the same three-chain shape around a made-up chain, of the lengths real
+    ones have, so the "first I hear" reply is right exactly when the history never named the item."""
     ask = ("How have my feelings about {label} developed over time, from what I have shared?",
            "How have my feelings developed over time, from what I have shared?")
     first = "This is the first I am hearing of {} from you."  # no word of the question ("about")
     if variant == "abstention":
         if not facts.unsaid(focal):
             return None
-        # the same shapes a real history's options take: a chain, its prefix, its mirror
         made = [rng.choice(["like", "dislike"])]
-        while len(made) < rng.choice([2, 2, 3]):
+        while len(made) < rng.choices([2, 3, 4], weights=[16, 3, 1])[0]:
             made.append(_flip(made[-1]))
-        wrong = [made, made[:-1], [_flip(s) for s in made]]
-        rng.shuffle(wrong)
         options = [_opt("correct", [f"{ABSENT}{focal}"], first.format(focal))]
-        options += [_opt("wrong_sequence", [], chain_text(focal, w)) for w in wrong]
+        shown = chain_set(made, 3, rng)
+        options += [_opt("wrong_sequence", [], chain_text(focal, w)) for w in shown + [_extend(_extend(w)) for w in shown]]
         return _built(facts, ask, focal, options, [], form=variant)
     chain = [v for v in facts.timeline.versions(focal) if v.valid_from <= as_of]
     if not chain or (len(chain) < 2) != (variant == "no_change"):
         return None
     item, stances = chain[-1].item, [v.stance for v in chain]
     keys = [v.key for v in chain]
-    flipped = [_flip(s) for s in stances]
+    shown = chain_set(stances, facts.n_options - 1 if forgetful else facts.n_options, rng)
     options = [_opt("correct", keys, chain_text(item, stances))]
-    if len(chain) > 1:
-        options.append(_opt("outdated_preference", keys[:-1], chain_text(item, stances[:-1])))
-    wrong = [flipped, [*stances, _flip(stances[-1])], [*flipped, stances[-1]]]
-    options.append(_opt("wrong_sequence", [], chain_text(item, wrong[0])))
+    for w in shown[1:]:
+        outdated = len(w) < len(stances) and w == stances[: len(w)]
+        options.append(_opt("outdated_preference", keys[: len(w)], chain_text(item, w)) if outdated
+                       else _opt("wrong_sequence", [], chain_text(item, w)))
     options += [_opt("forgetful", [], first.format(item))] if forgetful else []
-    options += [_opt("wrong_sequence", [], chain_text(item, w)) for w in wrong[1:]]
+    options += [_opt("wrong_sequence", [], chain_text(item, _extend(_extend(w)))) for w in shown]  # beyond 4
     return _built(facts, ask, item, options, keys, len(chain) - 1, form=variant)
 
 
 # -- 5. revisit_reasons_behind_preference_updates -------------------------------------------------------------
 def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: str, as_of: datetime, rng,
                                               variant: Variant = "statement", **_) -> Built | None:
-    """Correct: the life event behind the last change, or (no_change) that the view never changed;
-    distractors: the old stance as if unchanged, other reasons."""
+    """One "has not changed; you still ..." option and three "changed after ..." options, about the one
+    item the question names (so no other change of the topic can make "has not changed" false).
+
+    Statement: the cause of the last change, two reasons that caused no version of the item (the
+    persona's own life events, then never-lived ones, fixed per preference and shared with its
+    generalize question), and the old stance as if unchanged. No change: the current stance as
+    unchanged and three such reasons. The lone "not changed" option is right as often as the no-change
+    form is asked (a quarter by default, the rate of any one option); the reasons come from one pool."""
     current, previous = facts.current_and_previous(focal, as_of)
     if current is None or (previous is None) != (variant == "no_change"):
         return None
@@ -229,73 +315,120 @@ def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: s
     frame = "Your view of {} changed after you {}."
     still = "Your view of {} has not changed; you still {} it."
     item = current.item
+    wrong = facts.decoy_reasons(focal, as_of, facts.n_options - (1 if cause is None else 2))
     if cause is None:
         options = [_opt("correct", [current.key], still.format(item, PRESENT[current.stance]))]
-        others = [e for e in facts.timeline.events if e.kind == "life_event" and e.time < as_of]
-        rng.shuffle(others)
     else:
-        options = [_opt("correct", [current.key, cause.event_id], frame.format(item, did(cause.summary))),
-                   _opt("outdated_preference", [previous.key], still.format(item, PRESENT[previous.stance]))]
-        others = facts.other_life_events(cause, as_of, rng)
-    options += [_opt("wrong_reason", [e.event_id], frame.format(item, did(e.summary))) for e in others[:1]]
-    options += [_opt("wrong_reason", [f"taxonomy:{s}"], frame.format(item, did(s))) for s in facts.pools.unlived_events(rng, facts.n_options)]
-    ask = ("Has my view of anything in {label} changed, and if so, what was behind it?",
-           "Has my view of anything changed, and if so, what was behind it?")
-    answer = cause.summary if cause else item
+        options = [_opt("correct", [current.key, cause.event_id], frame.format(item, did(cause.summary)))]
+    options += [_opt("wrong_reason", [g], frame.format(item, did(s))) for g, s in wrong]
+    if cause is not None:
+        options.append(_opt("outdated_preference", [previous.key], still.format(item, PRESENT[previous.stance])))
+    named = item.replace("{", "(").replace("}", ")")
+    ask = (f"Has my view of {named} shifted at some point, and if so, what was behind it?",) * 2
+    answer = cause.summary if cause else options[0].text
     return _built(facts, ask, answer, options, [current.key], facts.updates(current.pref_id, as_of), form=variant)
 
 
 # -- 6. provide_preference_aligned_recommendations ----------------------------------------------------------
-def recommend_text(item: str, stance: str) -> str:
-    """``Since you enjoy X, I would point you toward more of it.``"""
-    where = "toward more of it" if stance == "like" else "away from it"
-    return f"Since you {PRESENT[stance]} {item}, I would point you {where}."
+def recommend_text(item: str, stance: str, instead: str = "") -> str:
+    """``Since you enjoy X, I would recommend more X.`` / ``Since you avoid X, I would recommend Y instead.``"""
+    pick = f"more {item}" if stance == "like" else f"{instead} instead"
+    return f"Since you {PRESENT[stance]} {item}, I would recommend {pick}."
 
 
 def provide_preference_aligned_recommendations(facts: Facts, topic: str, pref: str, as_of: datetime, rng,
                                                **_) -> Built | None:
-    """Correct: aligned with the current version; distractors: the outdated version, a violated
-    preference, a demographic stereotype, another persona's preference."""
+    """Two items x two stances, each option recommending something (more of a liked item, a fresh
+    item of the persona's pool in place of an avoided one).
+
+    Rows: the focal item (its current stance correct, the other its outdated or violated stance) and
+    an item the persona never held nor named, from the persona's own pool (the pool the focal comes
+    from), of about the focal's length and fixed per preference, both stances of it false. Each item
+    appears twice and each stance twice; the correct stance is balanced by the planner."""
     current, previous = facts.current_and_previous(pref, as_of)
     if current is None:
         return None
-    options = [_opt("correct", [current.key], recommend_text(current.item, current.stance))]
-    if previous is not None:
-        options.append(_opt("outdated_preference", [previous.key], recommend_text(current.item, previous.stance)))
-    extra = [_opt("violates_preference", [v.key], recommend_text(v.item, _flip(v.stance)))
-             for v in facts.held(topic, as_of) if v.pref_id != pref][:1]
-    stereo = facts.pools.stereotyped(topic, rng)
-    extra += [_opt("stereotypical", [f"catalog:{stereo}"], recommend_text(stereo, "like"))] if stereo else []
-    others = _other_persona(facts, topic, rng, lambda v: recommend_text(v.item, v.stance))
-    extra += others[:1]
-    rng.shuffle(extra)
-    options += extra + others[1:]
+    item = current.item
+    decoy = facts.decoy_item(topic, pref, item)
+    if decoy is None:
+        return None
+    spare = [i for i in facts.spare_items(topic, rng, 6) if i not in (item, decoy)]
+    if len(spare) < 2:
+        return None
+    alt = dict(zip((item, decoy), spare, strict=False))
+    stereo = decoy in facts.pools.stereotyped_items(topic)
+    role = "stereotypical" if stereo else "other_persona"
+
+    def text(thing: str, stance: str) -> str:
+        return recommend_text(thing, stance, alt[thing])
+
+    grounded = [f"inventory:{decoy}"]
+    options = [_opt("correct", [current.key, f"inventory:{alt[item]}"], text(item, current.stance)),
+               _opt("outdated_preference", [previous.key], text(item, previous.stance)) if previous
+               else _opt("violates_preference", [current.key], text(item, _flip(current.stance))),
+               *[_opt(role if s == "like" else "generic", grounded, text(decoy, s)) for s in ("like", "dislike")]]
+    options += [_opt("other_persona", [pid, v.key], recommend_text(v.item, v.stance, spare[-1]))  # beyond 4
+                for pid, v in facts.pools.shadow_current(topic) if v.item not in (item, decoy)]
     ask = ("Could you recommend something for me in {label}?", "Could you recommend something for me?")
-    keys = [current.key] + ([previous.key] if previous else []) + [v.key for v in facts.held(topic, as_of)]
-    return _built(facts, ask, current.item, options, keys, facts.updates(current.pref_id, as_of))
+    keys = [current.key] + ([previous.key] if previous else [])
+    return _built(facts, ask, item, options, keys, facts.updates(current.pref_id, as_of))
 
 
 # -- 7. generalize_to_new_scenarios -------------------------------------------------------------------------
+SITUATIONS: dict[str, tuple[str, ...]] = {  # a concrete new situation per topic, in the user's words
+    "therapy": ("I have a stressful month at work ahead.", "I am starting over after a rough winter."),
+    "legalConsultation": ("I am about to sign a new tenancy agreement.", "I have to sort out a contract dispute."),
+    "bookRecommendation": ("I have a long train journey next week.", "I am picking books for a quiet holiday."),
+    "musicRecommendation": ("I am putting together a playlist for a party.", "I have a long drive coming up."),
+    "movieRecommendation": ("I am planning a film night with friends.", "I have a free weekend to watch something."),
+    "foodRecommendation": ("I am hosting a dinner for friends on Saturday.", "I am planning my meals for next week."),
+    "familyRelations": ("My relatives are visiting for the holidays.", "I am organising a family reunion."),
+    "datingConsultation": ("I have a first date coming up.", "I am planning an anniversary evening."),
+    "medicalConsultation": ("I have a check-up with a new doctor soon.", "I am planning a healthier routine."),
+    "financialConsultation": ("I am setting next year's budget.", "I have a bonus to put somewhere."),
+    "travelPlanning": ("I am planning a trip for next month.", "I have a long weekend away coming up."),
+    "onlineShopping": ("I am shopping for a friend's birthday gift.", "I am refreshing my wardrobe this season."),
+    "studyConsultation": ("I am starting an evening course this autumn.", "I have exams coming up in spring."),
+    "homeDecoration": ("I am redoing my living room.", "I am moving into a new flat soon."),
+    "sportsRecommendation": ("I am picking a new activity for the summer.", "I have a charity race in a few months."),
+}
+DEFAULT_SITUATIONS = ("I have a new plan to make soon.", "I am about to try a new routine.")
+
+
+def situation(topic: str, rng) -> str:
+    """A concrete new situation in ``topic`` (decided in code; the model only rewords it)."""
+    return rng.choice(SITUATIONS.get(topic, DEFAULT_SITUATIONS))
+
+
 def generalize_to_new_scenarios(facts: Facts, topic: str, pref: str, as_of: datetime, rng, **_) -> Built | None:
-    """Correct: a plan for a new situation that follows from the reason of the last change; distractors:
-    the same reason with the old stance, wrong reasons with either stance (one frame for every option)."""
+    """A plan for a concrete new situation of the topic (named in the question), from the reason of the
+    last change: two reasons x two stances, "Because you R, I would plan around the fact that you S X".
+
+    The reasons are the cause and a decoy that caused no version of the item (the persona's own life
+    event when it has one, fixed per preference and shared with the revisit question); the stances are
+    the current and the previous one. Each reason appears twice and each stance twice, so every option
+    shares its reason with one option and its stance with another; the correct stance is balanced by
+    the planner."""
     current, previous = facts.current_and_previous(pref, as_of)
     cause = facts.life_cause(current) if current and previous else None
     if cause is None:
         return None
+    decoy = facts.decoy_reasons(pref, as_of, facts.n_options)
+    if not decoy:
+        return None
     frame = "Because you {}, I would plan around the fact that you {} {}."
     item = current.item
+    (g, s), now, then = decoy[0], PRESENT[current.stance], PRESENT[previous.stance]
     options = [
-        _opt("correct", [current.key, cause.event_id], frame.format(did(cause.summary), PRESENT[current.stance], item)),
-        _opt("outdated_preference", [previous.key, cause.event_id], frame.format(did(cause.summary), PRESENT[previous.stance], item)),
+        _opt("correct", [current.key, cause.event_id], frame.format(did(cause.summary), now, item)),
+        _opt("outdated_preference", [previous.key, cause.event_id], frame.format(did(cause.summary), then, item)),
+        _opt("wrong_reason", [g], frame.format(did(s), now, item)),
+        _opt("wrong_reason", [g], frame.format(did(s), then, item)),
     ]
-    reasons = [(e.event_id, e.summary) for e in facts.other_life_events(cause, as_of, rng)[:1]]
-    reasons += [(f"taxonomy:{s}", s) for s in facts.pools.unlived_events(rng, facts.n_options)]
-    stances = [current.stance, previous.stance] * len(reasons)
-    options += [_opt("wrong_reason", [g], frame.format(did(s), PRESENT[stance], item))
-                for (g, s), stance in zip(reasons, stances, strict=False)]
-    ask = ("I am facing a fresh situation in {label}. What would you keep in mind for me?",
-           "I am facing a fresh situation. What would you keep in mind for me?")
+    options += [_opt("wrong_reason", [g2], frame.format(did(s2), stance, item))  # beyond 4
+                for (g2, s2), stance in zip(decoy[1:], [now, then] * facts.n_options, strict=False)]
+    where = situation(topic, rng)
+    ask = (f"{where} What would you keep in mind for me?",) * 2
     return _built(facts, ask, cause.summary, options, [current.key], facts.updates(current.pref_id, as_of))
 
 
