@@ -34,13 +34,13 @@ def audit(
         raise fail(f"{dataset}: the probe needs queries of at least 2 personas", code=2)
     table = Table(title=f"option-only probes: {len(queries):,} queries, {results[0].folds} folds x {rounds} rounds "
                         "(accuracy [95% interval])")
-    table.add_column("what")
+    table.add_column("type")
     table.add_column("queries", justify="right")
     for r in results:
         table.add_column(r.name, justify="right")
     table.add_row("overall", f"{len(queries):,}", *(_cell(r.accuracy, r.interval()) for r in results))
     for qtype in results[0].by_type:
-        table.add_row(qtype, f"{results[0].n_by_type.get(qtype, 0):,}",
+        table.add_row(qtype.split("_")[0], f"{results[0].n_by_type.get(qtype, 0):,}",
                       *(_cell(r.by_type.get(qtype), r.interval(qtype)) for r in results))
     console.print(table)
     baselines = Table(title="no-context baselines")
@@ -59,4 +59,4 @@ def audit(
 def _cell(accuracy: float | None, interval: tuple[float, float] | None) -> str:
     if accuracy is None or interval is None:
         return "-"
-    return f"{accuracy:.1%} [{interval[0]:.0%}-{interval[1]:.0%}]"
+    return f"{accuracy:.1%} [{100 * interval[0]:.0f}-{100 * interval[1]:.0f}]"

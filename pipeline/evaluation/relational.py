@@ -16,6 +16,7 @@ import re
 from collections.abc import Sequence
 
 import numpy as np
+from scipy.sparse import csr_matrix, hstack
 
 from pipeline.baselines import STOPWORDS
 
@@ -161,7 +162,9 @@ def relational_matrix(keys: Sequence[tuple]) -> np.ndarray:
 _ROWS: dict[tuple, np.ndarray] = {}  # a pure cache
 
 
-def crossed(x: np.ndarray, type_codes: np.ndarray, n_types: int) -> np.ndarray:
-    """The features plain and crossed with the query type (one block per type), for a linear model."""
-    blocks = [x] + [x * (type_codes == t)[:, None] for t in range(n_types)]
-    return np.hstack(blocks)
+def crossed(x: np.ndarray, type_codes: np.ndarray, n_types: int) -> csr_matrix:
+    """The features plain and crossed with the query type (one block per type, sparse), for a linear model."""
+    rows = np.arange(len(x))
+    onehot = csr_matrix((np.ones(len(x)), (rows, type_codes)), shape=(len(x), n_types))
+    blocks = [csr_matrix(x)] + [csr_matrix(x * (type_codes == t)[:, None]) for t in range(n_types)]
+    return hstack([*blocks, onehot]).tocsr()
