@@ -37,7 +37,7 @@ def audit(
     table.add_column("type")
     table.add_column("queries", justify="right")
     for r in results:
-        table.add_column(r.name, justify="right")
+        table.add_column(r.name, justify="right", no_wrap=True)
     table.add_row("overall", f"{len(queries):,}", *(_cell(r.accuracy, r.interval()) for r in results))
     for qtype in results[0].by_type:
         table.add_row(qtype.split("_")[0], f"{results[0].n_by_type.get(qtype, 0):,}",
