@@ -122,9 +122,9 @@ def test_filter_refuses_a_relational_leak_naming_probe_type_interval_and_what_to
     with pytest.raises(ProbeFailed) as caught:
         filter_queries(item_sets(20, 10, planted=True), {}, config=_config())
     line = str(caught.value)
-    assert "the relational " in line and "probe answers overall" in line and "(95% CI " in line and "n=200" in line
-    assert "nothing published" in line and "more personas or a different --seed" in line
-    assert "personagen audit" in line and "queries.probe.max_accuracy" in line
+    assert line.startswith("queries: the relational ") and " probe answers " in line
+    assert "% of all queries without the history (95% CI " in line and ", n=200), above queries.probe.max_accuracy 30%" in line
+    assert "nothing published. Run with more personas or a different --seed" in line and "personagen audit" in line
 
 
 def test_filter_reports_but_does_not_refuse_a_leaky_type_with_few_queries():
@@ -135,5 +135,5 @@ def test_filter_reports_but_does_not_refuse_a_leaky_type_with_few_queries():
     assert len(kept) == 200
     track = [f for f in report.findings if f.scope == "track_full_preference_evolution"]
     assert track and not any(f.refuse for f in track) and track[0].low > 0.35
-    with pytest.raises(ProbeFailed, match="track_full_preference_evolution"):
+    with pytest.raises(ProbeFailed, match="of the track_full_preference_evolution queries .* n=20.*max_type_accuracy 35%"):
         filter_queries(clean + leaky, {}, config=_config(min_type_queries=10))

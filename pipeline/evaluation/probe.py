@@ -80,8 +80,9 @@ class Finding(BaseModel):
     refuse: bool
 
     def line(self) -> str:
-        return (f"the {self.probe} probe answers {self.scope} {self.accuracy:.1%} "
-                f"(95% CI {self.low:.1%}-{self.high:.1%}, n={self.n}) > {self.threshold:.0%}")
+        what = "all queries" if self.scope == "overall" else f"the {self.scope} queries"
+        return (f"the {self.probe} probe answers {self.accuracy:.1%} of {what} without the history "
+                f"(95% CI {self.low:.1%}-{self.high:.1%}, n={self.n}), above {self.setting} {self.threshold:.0%}")
 
 
 def judge(results: Sequence[ProbeResult], *, max_accuracy: float, max_type_accuracy: float,

@@ -22,10 +22,11 @@ from pipeline.baselines import STOPWORDS
 
 _TOKEN = re.compile(r"[a-z0-9']+")
 _CLAUSE = re.compile(r"[,.;:!?]+|\b(?:because|since|after|then|but|so|while|though)\b")
+# stance words (a negation such as "not" or "no shift" is not one: it would read every "has not
+# changed" or "no shift at all" as a stance of its own)
 POSITIVE = frozenset("enjoy enjoyed enjoys enjoying like liked likes love loved loves prefer preferred "
-                     "prefers fan fond toward towards more keen".split())
-NEGATIVE = frozenset("avoid avoided avoids avoiding dislike disliked dislikes hate hated hates away "
-                     "less off stopped quit not no never".split())
+                     "prefers fan fond toward towards keen".split())
+NEGATIVE = frozenset("avoid avoided avoids avoiding dislike disliked dislikes hate hated hates away".split())
 STANCE = POSITIVE | NEGATIVE
 SAME_CONTENT = 0.6  # masked Jaccard at or above which two options talk about the same thing
 NEAR_DUPLICATE = 0.8
@@ -92,6 +93,9 @@ def named_rows(question: str, texts: Sequence[str]) -> list[dict[str, float]]:
     firsts = [p[0] if p else 0 for p in pols]
     lasts = [p[-1] if p else 0 for p in pols]
     counts = [len(p) for p in pols]
+    common = set.intersection(*plain) if plain else set()  # the query's shared template words
+    distinct = [p - common for p in plain]
+    distinct_content = [c - common for c in content]
     clause_groups = sum(1 for i in range(n) if any(clauses[i] & clauses[j] for j in range(n) if j != i)) / n
     rows = []
     for i in range(n):
@@ -107,6 +111,14 @@ def named_rows(question: str, texts: Sequence[str]) -> list[dict[str, float]]:
         for name, sets in (("clause", clauses), ("masked_clause", mclauses), ("bigram", bigrams)):
             k = sum(1 for j in others if sets[i] & sets[j])  # shares a clause / content bigram with exactly k others
             f |= {f"{name}_shared_with_{m}": v for m, v in enumerate(_one_hot(k, 4))}
+        for name, sets in (("clause", clauses), ("masked_clause", mclauses)):
+            per = [sum(1 for j in others if c in sets[j]) for c in sets[i]] or [0]  # others holding each clause
+            f |= {f"{name}_least_shared_{m}": v for m, v in enumerate(_one_hot(min(per), 4))}
+            f |= {f"{name}_most_shared_{m}": v for m, v in enumerate(_one_hot(max(per), 4))}
+        for name, sets in (("distinct", distinct), ("distinct_content", distinct_content)):
+            dj = [_jaccard(sets[i], sets[j]) if sets[i] or sets[j] else 0.0 for j in others] or [0.0]
+            f |= {f"{name}_jaccard_max": max(dj), f"{name}_jaccard_mean": sum(dj) / len(dj),
+                  f"{name}_overlaps": sum(1 for j in others if sets[i] & sets[j]) / rest}
         f |= {
             "token_prefix_of_other": float(any(_is_prefix(words[i], words[j]) for j in others)),
             "has_token_prefix": float(any(_is_prefix(words[j], words[i]) for j in others)),
@@ -127,6 +139,10 @@ def named_rows(question: str, texts: Sequence[str]) -> list[dict[str, float]]:
               "last_stance_shared": last_k / rest, "last_stance_unique": float(last_k == 0),
               "stance_count_shared": count_k / rest, "stance_count_unique": float(count_k == 0),
               "first_stance": float(firsts[i]), "last_stance": float(lasts[i]), "stance_count": min(counts[i], 4) / 4}
+        for name, ends in (("first", firsts), ("last", lasts)):  # agreement with options framed otherwise
+            unlike = [j for j in others if frames[j] != frames[i] and ends[j]]
+            f[f"{name}_stance_agrees_other_frames"] = (sum(ends[j] == ends[i] for j in unlike) / len(unlike)
+                                                       if unlike and ends[i] else 0.5)
         f |= {"length_relative": lengths[i] / mean_len - 1.0, "length_rank": rank[i],
               "longest": float(lengths[i] == max(lengths)), "shortest": float(lengths[i] == min(lengths)),
               "length_unique": float(len_k == 0)}

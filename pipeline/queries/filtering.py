@@ -83,10 +83,10 @@ def filter_queries(queries: list[Query], personas: dict[str, PersonaInput], *, c
 
 def refusal(finding: Finding, report: FilterReport) -> str:
     """The error line: which probe, which type, the figure with its interval, and what to do."""
-    return (f"queries: {finding.line()} without the history ({finding.setting}), after filtering "
-            f"{sum(report.redrawn.values())} redrawn / {sum(report.dropped.values())} dropped; nothing published. "
-            f"Run with more personas or a different --seed, or raise {finding.setting}; "
-            f"`personagen audit` shows every probe's figures per type")
+    return (f"queries: {finding.line()}, after filtering {sum(report.redrawn.values())} redrawn / "
+            f"{sum(report.dropped.values())} dropped; nothing published. Run with more personas or a different "
+            f"--seed (or raise {finding.setting}); `personagen audit` on a published version shows every probe "
+            f"per type")
 
 
 def _targets(results: list[ProbeResult], queries: list[Query], above: float) -> list[str]:
