@@ -125,6 +125,7 @@ def test_filter_refuses_a_relational_leak_naming_probe_type_interval_and_what_to
     assert line.startswith("queries: the relational ") and " probe answers " in line
     assert "% of all queries without the history (95% CI " in line and ", n=200), above queries.probe.max_accuracy 30%" in line
     assert "nothing published. Run with more personas or a different --seed" in line and "personagen audit" in line
+    assert "; also relational " in line  # the other probe's refused figures follow the worst
 
 
 def test_filter_reports_but_does_not_refuse_a_leaky_type_with_few_queries():

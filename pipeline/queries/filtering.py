@@ -77,15 +77,18 @@ def filter_queries(queries: list[Query], personas: dict[str, PersonaInput], *, c
                             min_type_queries=s.min_type_queries)
     refused = [f for f in report.findings if f.refuse]
     if enforced and refused:
-        raise ProbeFailed(refusal(refused[0], report))
+        raise ProbeFailed(refusal(refused, report))
     return queries, report
 
 
-def refusal(finding: Finding, report: FilterReport) -> str:
-    """The error line: which probe, which type, the figure with its interval, and what to do."""
-    return (f"queries: {finding.line()}, after filtering {sum(report.redrawn.values())} redrawn / "
+def refusal(refused: list[Finding], report: FilterReport) -> str:
+    """The error line: which probe, which type, the figure with its interval, and what to do; the worst
+    refused figure first, the others named after it."""
+    also = "".join(f"; also {f.probe} on {f.scope} {f.accuracy:.1%}" for f in refused[1:4])
+    more = f" and {len(refused) - 4} more" if len(refused) > 4 else ""
+    return (f"queries: {refused[0].line()}{also}{more}, after filtering {sum(report.redrawn.values())} redrawn / "
             f"{sum(report.dropped.values())} dropped; nothing published. Run with more personas or a different "
-            f"--seed (or raise {finding.setting}); `personagen audit` on a published version shows every probe "
+            f"--seed (or raise {refused[0].setting}); `personagen audit` on a published version shows every probe "
             f"per type")
 
 
