@@ -87,8 +87,7 @@ def named_rows(question: str, texts: Sequence[str]) -> list[dict[str, float]]:
     frames = [tuple(w[:3]) for w in words]
     lengths = [len(w) for w in words]
     mean_len = sum(lengths) / n or 1.0
-    order = sorted(range(n), key=lambda i: lengths[i])
-    rank = {i: r / max(n - 1, 1) for r, i in enumerate(order)}
+    rank = [(sum(x < n_i for x in lengths) + (lengths.count(n_i) - 1) / 2) / max(n - 1, 1) for n_i in lengths]  # ties share
     asked = set(tokens(question)) - STOPWORDS
     firsts = [p[0] if p else 0 for p in pols]
     lasts = [p[-1] if p else 0 for p in pols]
