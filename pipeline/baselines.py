@@ -7,6 +7,7 @@ expected accuracy of breaking ties at random.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Sequence
 
@@ -65,3 +66,12 @@ def baseline_report(queries: Sequence[Query]) -> dict[str, float]:
         "longest option": longest_option_accuracy(queries),
         "lexical overlap": lexical_overlap_accuracy(queries),
     }
+
+
+def wilson(p: float, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """Wilson score interval (95% by default) of an accuracy ``p`` measured on ``n`` queries."""
+    if n <= 0:
+        return 0.0, 1.0
+    centre = p + z * z / (2 * n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return max(0.0, (centre - half) / (1 + z * z / n)), min(1.0, (centre + half) / (1 + z * z / n))

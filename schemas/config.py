@@ -145,7 +145,7 @@ class RefreshSettings(Strict):
 
 
 class ProbeSettings(Strict):
-    """The option-only probe (a classifier that never sees the history) and the filter it drives before publishing."""
+    """The option-only probes (classifiers that never see the history) and the filter they drive before publishing."""
 
     enabled: bool = Field(default=True, description="probe, filter and check the queries before publishing")
     folds: int = Field(default=5, ge=2, le=20, description="persona-grouped cross-validation folds")
@@ -158,9 +158,12 @@ class ProbeSettings(Strict):
                                 description="only types the probe answers more often than this are filtered")
     filter_passes: int = Field(default=1, ge=0, le=5, description="probe-and-redraw passes before the last drop")
     max_accuracy: float = Field(default=0.30, gt=0.0, le=1.0,
-                                description="publishing fails when the probe's overall accuracy stays above this")
-    max_type_accuracy: float = Field(default=1.0, gt=0.0, le=1.0,
-                                     description="publishing fails when any type's probe accuracy stays above this")
+                                description="publishing fails when a probe's overall accuracy is above this beyond "
+                                            "doubt (the lower end of its 95% interval)")
+    max_type_accuracy: float = Field(default=0.35, gt=0.0, le=1.0,
+                                     description="publishing fails when a type's probe accuracy is above this beyond doubt")
+    min_type_queries: int = Field(default=30, ge=1,
+                                  description="a type with fewer queries than this is reported, never refused")
     min_personas: int = Field(default=10, ge=2, description="fewer personas than this: the probe is reported, not enforced")
 
 

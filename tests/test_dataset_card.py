@@ -81,10 +81,18 @@ def probed(tmp_path_factory):
     result = assemble_all(bundle.personas, bundle.sessions, bundle.queries,
                           settings=bundle.config.assembly, run_seed=bundle.config.seed)
     tables = bundle.model_copy(update={"sessions": result.sessions}).tables(result.contexts, result.placements)
-    probe = {"before": {"accuracy": 0.4, "by_type": {"acknowledge_latest_preferences": 0.4}},
-             "after": {"accuracy": 0.25, "by_type": {"acknowledge_latest_preferences": 0.25}},
+    before = {"accuracy": 0.4, "n_queries": 40, "by_type": {"acknowledge_latest_preferences": 0.4},
+              "n_by_type": {"acknowledge_latest_preferences": 40}}
+    after = {"accuracy": 0.25, "n_queries": 36, "by_type": {"acknowledge_latest_preferences": 0.25},
+             "n_by_type": {"acknowledge_latest_preferences": 36}}
+    relational = {"accuracy": 0.5, "n_queries": 20, "by_type": {"acknowledge_latest_preferences": 0.5},
+                  "n_by_type": {"acknowledge_latest_preferences": 20}}
+    finding = {"probe": "relational trees", "scope": "acknowledge_latest_preferences", "accuracy": 0.5, "low": 0.3,
+               "high": 0.7, "n": 20, "threshold": 0.35, "setting": "queries.probe.max_type_accuracy", "refuse": False}
+    probe = {"probes": {"option-only": {"before": before, "after": after},
+                        "relational trees": {"before": relational, "after": relational}},
              "redrawn": {"acknowledge_latest_preferences": 3}, "dropped": {"acknowledge_latest_preferences": 1},
-             "budget": 5, "enforced": True}
+             "budget": 5, "enforced": True, "findings": [finding]}
     stance = {"beats": 10, "rejected_by_stance": 2, "voicing_turns": 8, "voicing_turns_failing": 0}
     info = PublishInfo(config=bundle.config, code_version="test", models=["fake:test"],
                        stats={"probe": probe, "stance_checks": stance})
@@ -93,9 +101,11 @@ def probed(tmp_path_factory):
 
 def test_card_shows_probe_forms_filtering_and_stance_counts(probed):
     body = (probed / "README.md").read_text().split("---\n", 2)[2]
-    assert "| option-only probe (classifier on question + options, persona-held-out) | 25.0% |" in body
+    assert "| scope | queries | option-only | relational trees |" in body
+    assert "| overall | 36 | 25.0% [14%-41%] | 50.0% [30%-70%] |" in body
     assert "## Form of the correct answer per type" in body
-    assert "| acknowledge_latest_preferences | 40.0% | 3 | 1 | 25.0% |" in body
+    assert "| acknowledge_latest_preferences | 3 | 1 | 40.0% -> 25.0% | 50.0% -> 50.0% |" in body
+    assert "(reported, not refused): relational trees acknowledge_latest_preferences 50.0% [30%-70%], n=20." in body
     assert "| rejected by stance | 2 |" in body and "| voicing turns failing | 0 |" in body
 
 
@@ -106,7 +116,8 @@ def test_audit_prints_the_probe_and_fails_above_a_bound(probed):
 
     ok = CliRunner().invoke(app, ["audit", str(probed)])
     assert ok.exit_code == 0, ok.output
-    assert "probe, overall" in ok.output and "longest option" in ok.output
+    assert "option-only" in ok.output and "relational trees" in ok.output and "relational linear" in ok.output
+    assert "overall" in ok.output and "longest option" in ok.output
     strict = CliRunner().invoke(app, ["audit", str(probed), "--max-accuracy", "0.0"])
     assert strict.exit_code == 1
     assert "without the history" in strict.output

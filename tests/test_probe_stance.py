@@ -75,7 +75,7 @@ def test_filter_leaves_a_clean_set_alone():
     config = load_config("default", n_personas=20)
     queries = synthetic(20, 10, marker=None)
     kept, report = filter_queries(queries, {}, config=_budget(config, 0.0, max_accuracy=0.5))
-    assert kept == queries and report.dropped == {} and report.before.accuracy is not None
+    assert kept == queries and report.dropped == {} and report.before[0].accuracy is not None
 
 
 def _budget(config, budget: float, max_accuracy: float = 0.3):

@@ -8,7 +8,7 @@ from statistics import mean, median
 import yaml
 from pydantic import BaseModel
 
-from pipeline.baselines import chance_accuracy, lexical_overlap_accuracy, longest_option_accuracy
+from pipeline.baselines import chance_accuracy, lexical_overlap_accuracy, longest_option_accuracy, wilson
 from pipeline.dataset.export import size_labels
 from pipeline.dataset.fit import PM_ANSWER_RESERVE, lme_history_cap, pm_answer_reserve
 from schemas.manifest import Manifest
@@ -144,15 +144,31 @@ def _baselines(queries: list, probe: dict | None = None) -> str:
         ["longest option", f"{longest_option_accuracy(queries):.1%}"],
         ["most content words shared with the question", f"{lexical_overlap_accuracy(queries):.1%}"],
     ]
-    after = (probe or {}).get("after") or {}
-    if after.get("accuracy") is not None:
-        rows.append(["option-only probe (classifier on question + options, persona-held-out)", f"{after['accuracy']:.1%}"])
-        rows += [[f"option-only probe, {t}", f"{a:.1%}"] for t, a in sorted(after.get("by_type", {}).items())]
-    return ("## No-context baselines\n\nAccuracy of answering without any history (ties split evenly). "
-            "Values near chance mean the options do not give the answer away. The probe is a logistic "
-            "regression on word n-grams and lengths of each (question, option), trained on other personas "
-            "(`personagen audit .` reruns it).\n\n"
-            + _table(["baseline", "accuracy"], rows))
+    probes = {name: p.get("after") or {} for name, p in ((probe or {}).get("probes") or {}).items()}
+    probes = {name: r for name, r in probes.items() if r.get("accuracy") is not None}
+    text = ("## No-context baselines\n\nAccuracy of answering without any history (ties split evenly). "
+            "Values near chance mean the options do not give the answer away.\n\n" + _table(["baseline", "accuracy"], rows))
+    if probes:
+        first = next(iter(probes.values()))
+        scopes = [("overall", None, first.get("n_queries", 0))]
+        scopes += [(t, t, first.get("n_by_type", {}).get(t, 0)) for t in sorted(first.get("by_type", {}))]
+        table = [[scope, n, *(_probe_cell(r, key) for r in probes.values())] for scope, key, n in scopes]
+        text += ("\nOption-only probes, trained on other personas (persona-grouped cross-validation; "
+                 "`personagen audit .` reruns them), accuracy [95% Wilson interval]: *option-only* is a logistic "
+                 "regression on word n-grams and lengths of each (question, option); *relational* reads each "
+                 "option's relations to the other options of its query (overlaps, shared clauses, prefixes, "
+                 "mirrors, odd one out, length rank, position), with gradient-boosted trees and a linear model.\n\n"
+                 + _table(["scope", "queries", *probes], table))
+    return text
+
+
+def _probe_cell(result: dict, qtype: str | None) -> str:
+    acc = result.get("accuracy") if qtype is None else result.get("by_type", {}).get(qtype)
+    n = result.get("n_queries", 0) if qtype is None else result.get("n_by_type", {}).get(qtype, 0)
+    if acc is None:
+        return "-"
+    low, high = wilson(acc, n)
+    return f"{acc:.1%} [{low:.0%}-{high:.0%}]"
 
 
 def _forms(queries: list) -> str:
@@ -172,20 +188,32 @@ def _filtering(probe: dict | None, stance: dict | None) -> str:
     """What the adversarial filter and the stance check did."""
     parts = ["## Filtering\n"]
     if probe:
-        before, after = probe.get("before", {}), probe.get("after", {})
-        types = sorted(set(probe.get("redrawn", {})) | set(probe.get("dropped", {})) | set(before.get("by_type", {})))
-        rows = [[t, f"{before.get('by_type', {}).get(t, 0):.1%}", probe.get("redrawn", {}).get(t, 0),
-                 probe.get("dropped", {}).get(t, 0), f"{after.get('by_type', {}).get(t, 0):.1%}"] for t in types]
-        acc = before.get("accuracy")
-        parts.append(f"Queries the option-only probe answered confidently in every round were redrawn, then dropped "
-                     f"(budget {probe.get('budget', 0)}); overall probe accuracy "
-                     f"{'n/a' if acc is None else f'{acc:.1%}'} before filtering.\n\n"
-                     + _table(["type", "probe before", "redrawn", "dropped", "probe after"], rows))
+        probes = probe.get("probes") or {}
+        types = sorted(set(probe.get("redrawn", {})) | set(probe.get("dropped", {}))
+                       | {t for p in probes.values() for t in (p.get("before") or {}).get("by_type", {})})
+        rows = [[t, probe.get("redrawn", {}).get(t, 0), probe.get("dropped", {}).get(t, 0),
+                 *(f"{_at(p.get('before'), t)} -> {_at(p.get('after'), t)}" for p in probes.values())] for t in types]
+        rows.append(["overall", sum(probe.get("redrawn", {}).values()), sum(probe.get("dropped", {}).values()),
+                     *(f"{_at(p.get('before'))} -> {_at(p.get('after'))}" for p in probes.values())])
+        parts.append(f"Queries any option-only probe answered confidently in every round were redrawn, then dropped "
+                     f"(budget {probe.get('budget', 0)}); each probe's accuracy before -> after filtering:\n\n"
+                     + _table(["type", "redrawn", "dropped", *probes], rows))
+        reported = [f for f in probe.get("findings", []) if not f.get("refuse")]
+        if reported:
+            parts.append("Above a threshold, but within the estimate's uncertainty or on too few queries "
+                         "(reported, not refused): " + "; ".join(
+                             f"{f['probe']} {f['scope']} {f['accuracy']:.1%} [{f['low']:.0%}-{f['high']:.0%}], n={f['n']}"
+                             for f in reported) + ".\n")
     if stance:
         rows = [[k.replace("_", " "), v] for k, v in stance.items()]
         parts.append("\nStance check of the user turns that voice a preference version (no model needed):\n\n"
                      + _table(["count", "value"], rows))
     return "\n".join(parts) if len(parts) > 1 else ""
+
+
+def _at(result: dict | None, qtype: str | None = None) -> str:
+    acc = (result or {}).get("accuracy") if qtype is None else (result or {}).get("by_type", {}).get(qtype)
+    return "n/a" if acc is None else f"{acc:.1%}"
 
 
 def _evaluating(manifest: Manifest) -> str:

@@ -1,55 +1,109 @@
-"""The option-only probe: a classifier that sees a query's question and options, never the history.
+"""The option-only probes: classifiers that see a query's question and options, never the history.
 
-Logistic regression (log loss, fitted by averaged SGD: a tenth of liblinear's time here) over word n-grams of each (question, option) pair (plain and crossed with the
-query type) plus length features, trained on some personas and scored on held-out ones
-(persona-grouped cross-validation, ``rounds`` different splits). Its accuracy shows how much the
-options alone give away; the queries it answers confidently in every round are the candidates the
+Two probes, both trained on some personas and scored on held-out ones (persona-grouped
+cross-validation, ``rounds`` different splits, the same splits for both), each answering a query
+with its highest-scoring option:
+
+- **option-only**: logistic regression (log loss, fitted by averaged SGD: a tenth of liblinear's
+  time here) over word n-grams of each (question, option) pair (plain and crossed with the query
+  type) plus length features. It scores options one at a time.
+- **relational**: listwise features of each option's relations to the other options of its query
+  (``relational.py``: overlaps, shared clauses, near-duplicates, prefixes, mirrors, odd one out,
+  length rank, position), fitted twice: gradient-boosted trees (the type as a categorical feature)
+  and a linear model over the features crossed with the type. It sees what the first cannot: an
+  answer that follows from how the options relate.
+
+Their accuracies show how much the options alone give away, each with a Wilson interval over the
+held-out queries; the queries either answers confidently in every round are the candidates the
 adversarial filter redraws or drops (AFLite, as WinoGrande filters). One fit per fold over all
-queries, never one per item, so the probe stays cheap next to a run.
+queries, never one per item, so the probes stay cheap next to a run.
 """
 
 from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from pydantic import BaseModel, Field
 from scipy.sparse import csr_matrix, hstack, vstack
+from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.linear_model import SGDClassifier
+from threadpoolctl import threadpool_limits
 
-from pipeline.baselines import content_words
+from pipeline.baselines import content_words, wilson
+from pipeline.evaluation.relational import crossed, relational_matrix
 from schemas.query import Query
 
 N_FEATURES = 2**15
 _VECTORIZER = HashingVectorizer(ngram_range=(1, 2), n_features=N_FEATURES, alternate_sign=False, norm="l2")
+OPTION_ONLY, TREES, LINEAR = "option-only", "relational trees", "relational linear"
 
 
 class ProbeResult(BaseModel):
     """Held-out accuracy overall and per type, and per query how often it was answered confidently."""
 
+    name: str = OPTION_ONLY
     n_queries: int
     folds: int
     rounds: int
     accuracy: float | None = Field(description="held-out share answered right, every round counted; None: too few personas")
     by_type: dict[str, float] = Field(default_factory=dict)
+    n_by_type: dict[str, int] = Field(default_factory=dict, description="held-out queries per type (each counted once)")
     confident: dict[str, int] = Field(default_factory=dict, description="query_id -> rounds answered right with confidence")
 
     def leaks(self) -> set[str]:
         """Queries answered right and confidently in every round."""
         return {q for q, n in self.confident.items() if n >= self.rounds}
 
-    def over(self, max_accuracy: float, max_type_accuracy: float) -> str | None:
-        """One line naming what is above its threshold, or None."""
-        if self.accuracy is not None and self.accuracy > max_accuracy:
-            return f"overall {self.accuracy:.1%} > {max_accuracy:.0%}"
-        worst = max(self.by_type.items(), key=lambda kv: kv[1], default=None)
-        if worst and worst[1] > max_type_accuracy:
-            return f"{worst[0]} {worst[1]:.1%} > {max_type_accuracy:.0%}"
-        return None
+    def interval(self, qtype: str | None = None) -> tuple[float, float] | None:
+        """95% Wilson interval of the overall accuracy, or of one type's; None when not measured."""
+        acc = self.accuracy if qtype is None else self.by_type.get(qtype)
+        n = self.n_queries if qtype is None else self.n_by_type.get(qtype, 0)
+        return None if acc is None else wilson(acc, n)
+
+
+class Finding(BaseModel):
+    """One probe figure above its threshold: refused (its whole interval is above) or only reported."""
+
+    probe: str
+    scope: str = Field(description="'overall' or a query type")
+    accuracy: float
+    low: float
+    high: float
+    n: int
+    threshold: float
+    setting: str
+    refuse: bool
+
+    def line(self) -> str:
+        what = "all queries" if self.scope == "overall" else f"the {self.scope} queries"
+        return (f"the {self.probe} probe answers {self.accuracy:.1%} of {what} without the history "
+                f"(95% CI {self.low:.1%}-{self.high:.1%}, n={self.n}), above {self.setting} {self.threshold:.0%}")
+
+
+def judge(results: Sequence[ProbeResult], *, max_accuracy: float, max_type_accuracy: float,
+          min_type_queries: int) -> list[Finding]:
+    """Every figure above its threshold, worst first. One refuses when the lower end of its 95% interval
+    is above the threshold (the leak is certain, not noise of a small sample) and, for a type, when the
+    type has at least ``min_type_queries`` held-out queries; any other is reported, never refused."""
+    out = []
+    for r in results:
+        if r.accuracy is None:
+            continue
+        scopes = [("overall", r.accuracy, r.n_queries, max_accuracy, "queries.probe.max_accuracy", 1)]
+        scopes += [(t, a, r.n_by_type.get(t, 0), max_type_accuracy, "queries.probe.max_type_accuracy", min_type_queries)
+                   for t, a in r.by_type.items()]
+        for scope, acc, n, threshold, setting, least in scopes:
+            if acc <= threshold:
+                continue
+            low, high = wilson(acc, n)
+            out.append(Finding(probe=r.name, scope=scope, accuracy=acc, low=low, high=high, n=n, threshold=threshold,
+                               setting=setting, refuse=low > threshold and n >= least))
+    return sorted(out, key=lambda f: (not f.refuse, -(f.low - f.threshold)))
 
 
 def pair_texts(query) -> list[str]:
@@ -60,8 +114,8 @@ def pair_texts(query) -> list[str]:
     out = []
     for option in query.options:
         words = option.text.lower()
-        crossed = " ".join(f"{tag}_{w}" for w in words.split())
-        out.append(f"{words} {crossed}")
+        crossed_words = " ".join(f"{tag}_{w}" for w in words.split())
+        out.append(f"{words} {crossed_words}")
     return out
 
 
@@ -74,15 +128,20 @@ def length_features(query) -> list[list[float]]:
              float(len(asked & content_words(o.text)))] for n, o in zip(lengths, query.options, strict=True)]
 
 
+def _key(q) -> tuple:
+    return (q.type, q.question, tuple(o.text for o in q.options))
+
+
 def featurize(queries: Sequence[Query]) -> csr_matrix:
     """One row per (query, option), in query order then option order. A query's rows are computed once
     per wording, in one batch for all new wordings (the filter re-probes a set where only the redrawn
     queries changed)."""
-    keys = [(q.type, q.question, tuple(o.text for o in q.options)) for q in queries]
+    keys = [_key(q) for q in queries]
     new = [k for k in dict.fromkeys(keys) if k not in _ROWS]
     if new:
         if len(_ROWS) > 200_000:
             _ROWS.clear()
+            new = list(dict.fromkeys(keys))
         shapes = [_Shape(type=t, question=question, options=[_Text(text=x) for x in texts]) for t, question, texts in new]
         lengths = np.array([row for q in shapes for row in length_features(q)], dtype=float)
         block = hstack([_VECTORIZER.transform([t for q in shapes for t in pair_texts(q)]), csr_matrix(lengths)]).tocsr()
@@ -118,47 +177,105 @@ def persona_folds(queries: Sequence[Query], folds: int, rng: random.Random) -> l
     return [fold_of[q.persona_id] for q in queries]
 
 
+Scorer = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]  # (train rows, labels, test rows) -> scores
+
+
+def _linear(x, epochs: int | None = None) -> Scorer:
+    """Averaged SGD logistic regression; ``epochs``: a fixed number of passes instead of until converged."""
+    def score(train, labels, test):
+        fixed = {"max_iter": epochs, "tol": None, "alpha": 1e-4} if epochs else {"alpha": 1e-5}
+        model = SGDClassifier(loss="log_loss", class_weight="balanced", average=True, random_state=0, **fixed)
+        model.fit(x[train], labels[train])
+        return model.decision_function(x[test])
+    return score
+
+
+def _trees(x: np.ndarray, seed: int) -> Scorer:
+    """Gradient-boosted trees, the last column (the query type) categorical; one thread (on a busy
+    machine OpenMP's default team is slower than one thread by 3-10x for fits this small)."""
+    def score(train, labels, test):
+        model = HistGradientBoostingClassifier(max_iter=30, learning_rate=0.2, max_leaf_nodes=15, min_samples_leaf=20,
+                                               l2_regularization=1.0, max_bins=32, categorical_features=[x.shape[1] - 1],
+                                               early_stopping=False, class_weight="balanced", random_state=seed)
+        with threadpool_limits(1):
+            model.fit(x[train], labels[train])
+            return model.decision_function(x[test])
+    return score
+
+
 def run_probe(queries: Sequence[Query], *, folds: int = 5, rounds: int = 2, confidence: float = 0.5,
               seed: int = 0) -> ProbeResult:
-    """Grouped cross-validation of the option-only classifier, ``rounds`` times over different splits."""
+    """Grouped cross-validation of the per-option n-gram classifier, ``rounds`` times over different splits."""
+    return run_probes(queries, folds=folds, rounds=rounds, confidence=confidence, seed=seed, which=(OPTION_ONLY,))[0]
+
+
+def run_probes(queries: Sequence[Query], *, folds: int = 5, rounds: int = 2, confidence: float = 0.5, seed: int = 0,
+               which: Sequence[str] = (OPTION_ONLY, TREES, LINEAR)) -> list[ProbeResult]:
+    """The probes named in ``which``, over the same persona splits, one result each (in that order)."""
     n_personas = len({q.persona_id for q in queries})
     folds = min(folds, n_personas)
     if folds < 2 or not queries:
-        return ProbeResult(n_queries=len(queries), folds=folds, rounds=rounds, accuracy=None)
-    x = featurize(queries)
+        return [ProbeResult(name=w, n_queries=len(queries), folds=folds, rounds=rounds, accuracy=None) for w in which]
+    scorers = _scorers(queries, which, seed)
     labels = np.array([int(i == q.correct_index) for q in queries for i in range(len(q.options))])
     starts = np.cumsum([0] + [len(q.options) for q in queries])
     rng = random.Random(seed)
-    hits, seen = defaultdict(int), defaultdict(int)
-    confident: dict[str, int] = {q.query_id: 0 for q in queries}
+    tallies = {w: _Tally(queries) for w in which}
     for _ in range(rounds):
         fold_of = persona_folds(queries, folds, rng)
         for fold in range(folds):
-            _score_fold(queries, x, labels, starts, fold_of, fold, confidence, hits, seen, confident)
-    by_type = {t: hits[t] / seen[t] for t in sorted(seen) if t != "all"}
-    return ProbeResult(n_queries=len(queries), folds=folds, rounds=rounds, accuracy=hits["all"] / seen["all"],
-                       by_type=by_type, confident=confident)
+            test = [i for i, f in enumerate(fold_of) if f == fold]
+            train = np.concatenate([np.arange(starts[i], starts[i + 1]) for i, f in enumerate(fold_of) if f != fold])
+            if not test or len(set(labels[train])) < 2:
+                continue
+            rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i in test])
+            for w in which:
+                tallies[w].add(queries, test, scorers[w](train, labels, rows), confidence)
+    return [tallies[w].result(w, folds, rounds) for w in which]
 
 
-def _score_fold(queries, x, labels, starts, fold_of, fold, confidence, hits, seen, confident) -> None:
-    """Fit on every other fold, answer this fold's queries by the highest-scoring option."""
-    test = [i for i, f in enumerate(fold_of) if f == fold]
-    train_rows = np.concatenate([np.arange(starts[i], starts[i + 1]) for i, f in enumerate(fold_of) if f != fold])
-    if not test or len(set(labels[train_rows])) < 2:
-        return
-    model = SGDClassifier(loss="log_loss", alpha=1e-5, class_weight="balanced", average=True, random_state=0)
-    model.fit(x[train_rows], labels[train_rows])
-    scores = model.decision_function(x[np.concatenate([np.arange(starts[i], starts[i + 1]) for i in test])])
-    at = 0
-    for i in test:
-        q = queries[i]
-        s = scores[at: at + len(q.options)]
-        at += len(q.options)
-        p = np.exp(s - s.max())
-        p /= p.sum()
-        right = int(np.argmax(s)) == q.correct_index
-        for key in ("all", q.type):
-            hits[key] += right
-            seen[key] += 1
-        if right and p[q.correct_index] >= confidence:
-            confident[q.query_id] += 1
+def _scorers(queries: Sequence[Query], which: Sequence[str], seed: int) -> dict[str, Scorer]:
+    out: dict[str, Scorer] = {}
+    if OPTION_ONLY in which:
+        out[OPTION_ONLY] = _linear(featurize(queries))
+    if TREES in which or LINEAR in which:
+        rel = relational_matrix([_key(q) for q in queries])
+        types = sorted({q.type for q in queries})
+        codes = np.repeat([types.index(q.type) for q in queries], [len(q.options) for q in queries])
+        out[TREES] = _trees(np.hstack([rel, codes[:, None].astype(np.float32)]), seed)
+        out[LINEAR] = _linear(crossed(rel, codes, len(types)), epochs=10)
+    return out
+
+
+class _Tally:
+    """Hits per scope and confident rounds per query of one probe."""
+
+    def __init__(self, queries: Sequence[Query]) -> None:
+        self.hits: dict[str, int] = defaultdict(int)
+        self.seen: dict[str, int] = defaultdict(int)
+        self.confident = {q.query_id: 0 for q in queries}
+        self.n_by_type: dict[str, int] = defaultdict(int)
+        for q in queries:
+            self.n_by_type[q.type] += 1
+
+    def add(self, queries: Sequence[Query], test: list[int], scores: np.ndarray, confidence: float) -> None:
+        """Answer each test query by its highest-scoring option."""
+        at = 0
+        for i in test:
+            q = queries[i]
+            s = scores[at: at + len(q.options)]
+            at += len(q.options)
+            p = np.exp(s - s.max())
+            p /= p.sum()
+            right = int(np.argmax(s)) == q.correct_index
+            for key in ("all", q.type):
+                self.hits[key] += right
+                self.seen[key] += 1
+            if right and p[q.correct_index] >= confidence:
+                self.confident[q.query_id] += 1
+
+    def result(self, name: str, folds: int, rounds: int) -> ProbeResult:
+        by_type = {t: self.hits[t] / self.seen[t] for t in sorted(self.seen) if t != "all"}
+        return ProbeResult(name=name, n_queries=sum(self.n_by_type.values()), folds=folds, rounds=rounds,
+                           accuracy=self.hits["all"] / self.seen["all"] if self.seen["all"] else None,
+                           by_type=by_type, n_by_type={t: self.n_by_type[t] for t in by_type}, confident=self.confident)

@@ -1,7 +1,11 @@
-"""Adversarial filtering before publishing (AFLite, as WinoGrande filters): the option-only probe
-finds the queries it answers confidently in every cross-validation round; those are redrawn (a new
-distractor draw, code-written wording) and, if still answered, dropped, all within a budget. When the
-probe's accuracy stays above its threshold, publishing fails closed."""
+"""Adversarial filtering before publishing (AFLite, as WinoGrande filters): the option-only probes
+(per-option n-grams; relational trees and linear) find the queries they answer confidently in every
+cross-validation round; those (the union over the probes) are redrawn (a new distractor draw,
+code-written wording) and, if still answered, dropped, all within a budget. Publishing fails closed
+when any probe's accuracy, overall or of a type, stays above its threshold by more than the
+estimate's uncertainty: the lower end of its 95% Wilson interval above the threshold, and for a type
+at least ``min_type_queries`` held-out queries; a figure above its threshold that is not certain is
+reported (manifest, card), not refused."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from collections import Counter
 from pydantic import BaseModel, Field
 
 from pipeline.errors import UserError
-from pipeline.evaluation.probe import ProbeResult, run_probe
+from pipeline.evaluation.probe import Finding, ProbeResult, judge, run_probes
 from pipeline.queries.facts import Facts
 from pipeline.queries.gates import code_wording, structural_problems
 from pipeline.queries.plan import persona_facts, redraw
@@ -20,64 +24,83 @@ from schemas.query import Query
 
 
 class ProbeFailed(UserError):
-    """The option-only probe still answers too many queries; nothing was published."""
+    """An option-only probe still answers too many queries; nothing was published."""
 
 
 class FilterReport(BaseModel):
-    """The probe before and after filtering, and what the filter did per type."""
+    """The probes before and after filtering, what the filter did per type, and what the gate found."""
 
-    before: ProbeResult
-    after: ProbeResult
+    before: list[ProbeResult]
+    after: list[ProbeResult]
     redrawn: dict[str, int] = Field(default_factory=dict)
     dropped: dict[str, int] = Field(default_factory=dict)
     budget: int = 0
     enforced: bool = True
+    findings: list[Finding] = Field(default_factory=list, description="figures above a threshold after filtering")
 
     def summary(self) -> dict:
-        """The manifest's view: accuracies and counts, without the per-query confidences."""
+        """The manifest's view: accuracies and counts per probe, without the per-query confidences."""
         strip = {"confident"}
-        return {"before": self.before.model_dump(exclude=strip), "after": self.after.model_dump(exclude=strip),
-                "redrawn": self.redrawn, "dropped": self.dropped, "budget": self.budget, "enforced": self.enforced}
+        probes = {b.name: {"before": b.model_dump(exclude=strip), "after": a.model_dump(exclude=strip)}
+                  for b, a in zip(self.before, self.after, strict=True)}
+        return {"probes": probes, "redrawn": self.redrawn, "dropped": self.dropped, "budget": self.budget,
+                "enforced": self.enforced, "findings": [f.model_dump() for f in self.findings]}
 
 
 PersonaInput = tuple  # (persona, timeline, sessions, inventory) of one persona
 
 
 def filter_queries(queries: list[Query], personas: dict[str, PersonaInput], *, config: RunConfig) -> tuple[list[Query], FilterReport]:
-    """Probe, redraw and drop within the budget; raise ProbeFailed when the probe stays above threshold."""
+    """Probe, redraw and drop within the budget; raise ProbeFailed when a probe stays certainly above
+    its threshold (see ``judge``)."""
     s = config.queries.probe
-    probe = lambda qs: run_probe(qs, folds=s.folds, rounds=s.rounds, confidence=s.confidence, seed=config.seed)  # noqa: E731
-    before = result = probe(queries)
-    enforced = result.accuracy is not None and len({q.persona_id for q in queries}) >= s.min_personas
+    probe = lambda qs: run_probes(qs, folds=s.folds, rounds=s.rounds, confidence=s.confidence, seed=config.seed)  # noqa: E731
+    before = results = probe(queries)
+    enforced = before[0].accuracy is not None and len({q.persona_id for q in queries}) >= s.min_personas
     report = FilterReport(before=before, after=before, budget=int(s.filter_budget * len(queries)), enforced=enforced)
     left = report.budget if enforced else 0
     facts: dict[str, Facts] = {}
     for k in range(s.filter_passes):
-        leaks = _targets(result, queries, s.filter_above)[:left]
+        leaks = _targets(results, queries, s.filter_above)[:left]
         if not leaks:
             break
         queries = [_redrawn(q, personas, facts, config, k, report) if q.query_id in leaks else q for q in queries]
         left -= len(leaks)
-        result = probe(queries)
-    drop = set(_targets(result, queries, s.filter_above)[:left])
+        results = probe(queries)
+    drop = set(_targets(results, queries, s.filter_above)[:left])
     if drop:
         report.dropped = dict(Counter(q.type for q in queries if q.query_id in drop))
         queries = [q for q in queries if q.query_id not in drop]
-        result = probe(queries)
-    report.after = result
-    if enforced and (over := result.over(s.max_accuracy, s.max_type_accuracy)):
-        raise ProbeFailed(f"queries: the option-only probe answers {over} without the history after filtering "
-                          f"{sum(report.redrawn.values())} redrawn / {sum(report.dropped.values())} dropped "
-                          f"(queries.probe.max_accuracy); nothing published")
+        results = probe(queries)
+    report.after = results
+    report.findings = judge(results, max_accuracy=s.max_accuracy, max_type_accuracy=s.max_type_accuracy,
+                            min_type_queries=s.min_type_queries)
+    refused = [f for f in report.findings if f.refuse]
+    if enforced and refused:
+        raise ProbeFailed(refusal(refused, report))
     return queries, report
 
 
-def _targets(result: ProbeResult, queries: list[Query], above: float) -> list[str]:
-    """The probe's confident hits among the types it answers more often than ``above`` (filtering a type
+def refusal(refused: list[Finding], report: FilterReport) -> str:
+    """The error line: which probe, which type, the figure with its interval, and what to do; the worst
+    refused figure first, the others named after it."""
+    also = "".join(f"; also {f.probe} on {f.scope} {f.accuracy:.1%}" for f in refused[1:4])
+    more = f" and {len(refused) - 4} more" if len(refused) > 4 else ""
+    return (f"queries: {refused[0].line()}{also}{more}, after filtering {sum(report.redrawn.values())} redrawn / "
+            f"{sum(report.dropped.values())} dropped; nothing published. Run with more personas or a different "
+            f"--seed (or raise {refused[0].setting}); `personagen audit` on a published version shows every probe "
+            f"per type")
+
+
+def _targets(results: list[ProbeResult], queries: list[Query], above: float) -> list[str]:
+    """Every probe's confident hits among the types it answers more often than ``above`` (filtering a type
     already near chance would only push it below chance, which leaks the answer the other way)."""
-    hot = {t for t, acc in result.by_type.items() if acc > above}
-    leaks = result.leaks()
-    return sorted(q.query_id for q in queries if q.type in hot and q.query_id in leaks)
+    leaks: set[str] = set()
+    for result in results:
+        hot = {t for t, acc in result.by_type.items() if acc > above}
+        found = result.leaks()
+        leaks |= {q.query_id for q in queries if q.type in hot and q.query_id in found}
+    return sorted(leaks)
 
 
 def _redrawn(query: Query, personas: dict[str, PersonaInput], facts: dict[str, Facts], config: RunConfig,
