@@ -195,7 +195,8 @@ def _drop_empty_cache(gateway, cache: Path, created: list[Path]) -> None:
         gateway.close()
     if cache in created:
         for path in (cache, cache.with_name(cache.name + "-wal"), cache.with_name(cache.name + "-shm")):
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # e.g. --outputs names a file: there is nothing to remove
+                path.unlink(missing_ok=True)
         for folder in created[1:]:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # deepest first, and only while empty

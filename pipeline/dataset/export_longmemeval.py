@@ -59,13 +59,14 @@ def export_longmemeval(ds: Dataset, out: Path, budget: int | None = None) -> lis
     if budget is not None and budget not in labels:
         known = ", ".join(f"{b:,}" for b in sorted(labels)) or "none"
         raise UserError(f"--budget {budget:,}: {ds.path} has no contexts of that budget (budgets: {known})")
-    export_folder(out)
+    export_folder(out, [f"longmemeval_{label}.json" for size, label in labels.items() if budget in (None, size)])
     files = []
     for size, label in sorted(labels.items()):
         if budget is None or size == budget:
             contexts = [c for c in ds.contexts if c.budget_tokens == size]
             path = out / f"longmemeval_{label}.json"
-            files.append(ExportedFile(path=path, rows=write_json_list(path, longmemeval_entries(ds, contexts))))
+            files.append(ExportedFile(path=path, rows=write_json_list(path, longmemeval_entries(ds, contexts),
+                                                                         allow_empty=budget is None)))
     return files
 
 
