@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from pipeline.errors import UserError
+from pipeline.errors import UserError, redact
 
 console = Console()
 err_console = Console(stderr=True)
@@ -20,8 +21,8 @@ _BUDGET = re.compile(r"^(\d+(?:\.\d+)?)([kKmM]?)$")
 
 
 def fail(message: object, code: int = 2) -> typer.Exit:
-    """Print one error line and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print one error line (secrets redacted) and return the Exit to raise."""
+    err_console.print(f"[bold red]error:[/] {escape(redact(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 

@@ -21,6 +21,7 @@ from dataclasses import replace
 
 from pydantic import BaseModel, ValidationError
 
+from pipeline.errors import redact
 from pipeline.llm.backends import Backend, BackendReply, BackendRequest
 from pipeline.llm.cache import CacheKey, CallRecord, LLMCache
 from pipeline.llm.errors import CacheMiss, CallFailed, ConfigError, LLMError, RateLimited, TransientError
@@ -267,7 +268,7 @@ class LLM:
         except LLMError as exc:
             count.failures += 1
             self._record(stage, count)
-            self._store_chat(request, stage, None, count, started, error=str(exc))
+            self._store_chat(request, stage, None, count, started, error=redact(exc))
             raise
         self._record(stage, count)
         self._store_chat(request, stage, reply, count, started)
@@ -405,7 +406,7 @@ class LLM:
             model=self.backend.model, request=json.dumps(request.messages), raw=reply.text if reply else None,
             finish_reason=reply.finish_reason if reply else None, input_tokens=count.input_tokens,
             output_tokens=count.output_tokens, latency_s=time.monotonic() - started,
-            attempts=count.backend_calls, error=str(error),
+            attempts=count.backend_calls, error=redact(error),
         ))
 
 
@@ -476,4 +477,4 @@ def _describe(error: Exception | None) -> str:
     """One line naming a transport error."""
     if isinstance(error, TimeoutError):
         return "timed out"
-    return str(error).splitlines()[0] if error and str(error) else type(error).__name__
+    return redact(str(error).splitlines()[0]) if error and str(error) else type(error).__name__

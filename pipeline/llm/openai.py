@@ -14,6 +14,7 @@ import openai
 from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 
+from pipeline.errors import key_form_problem, redact
 from pipeline.llm.backends import BackendReply, BackendRequest
 from pipeline.llm.errors import CallFailed, ConfigError, RateLimited, TransientError
 from schemas.llm import LLMSettings
@@ -59,6 +60,10 @@ class OpenAIBackend:
         if not key:
             raise ConfigError(f"OPENAI_API_KEY is not set (needed for LLM=openai:{self.model}); "
                               "set it, or use LLM=local for the embedded model")
+        problem = key_form_problem(key)
+        if problem:  # it could not go into a header: say so before any request, never showing the value
+            raise ConfigError(f"OPENAI_API_KEY {problem} (a stray newline or a pasted quote?); "
+                              "set it to the key alone")
         return key
 
     @cached_property
@@ -136,7 +141,7 @@ def _reply_from_completion(completion, finish_reason: str) -> BackendReply:
 def _map_error(exc: openai.APIError) -> Exception:
     """The gateway error for an OpenAI SDK error."""
     if isinstance(exc, openai.RateLimitError):
-        return RateLimited(f"429 from server: {exc.message}", retry_after_s=_retry_after(exc.response))
+        return RateLimited(f"429 from server: {redact(exc.message)}", retry_after_s=_retry_after(exc.response))
     if isinstance(exc, openai.APITimeoutError):
         return TransientError("request timed out")
     if isinstance(exc, openai.APIConnectionError):
@@ -144,8 +149,8 @@ def _map_error(exc: openai.APIError) -> Exception:
     if isinstance(exc, openai.APIStatusError) and exc.status_code >= 500:
         return TransientError(f"HTTP {exc.status_code} from server")
     if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError | openai.NotFoundError):
-        return ConfigError(f"HTTP {exc.status_code}: {exc.message}")
-    return CallFailed(f"request rejected: {exc.message}")
+        return ConfigError(f"HTTP {exc.status_code}: {redact(exc.message)}")
+    return CallFailed(f"request rejected: {redact(exc.message)}")
 
 
 def _html_hint(text: str) -> str:
@@ -171,4 +176,4 @@ def _reason(exc: Exception) -> str:
     """The innermost cause of a connection error, in one line."""
     while exc.__cause__ is not None:
         exc = exc.__cause__
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return redact(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__
