@@ -24,6 +24,7 @@ from pipeline.run.jobs import (
     JobResult,
     RunSpec,
     check_failures,
+    check_unanswered,
     complete_filler,
     default_workers,
     filler_inputs,
@@ -94,6 +95,7 @@ def _generate_benchmark(spec: RunSpec, dask: DaskSettings | None) -> str:
     items, own = filler_inputs(results)
     filler, filler_dropped, top_up_usage = filler_top_up_task(quote(spec), quote(filler), quote(items), quote(own))
     usage, stats = run_summary(jobs, filler, filler_dropped, [filler_usage, top_up_usage])
+    check_unanswered(spec, usage)  # before the publish task: one line, and nothing published
     if shipped:
         stats["dask"] = shipped
     path = str(publish_task(quote(spec), quote(results), quote(filler), usage=quote(usage),

@@ -41,6 +41,9 @@ class LLMSettings(BaseModel):
     rpm: int | None = Field(default=None, ge=1, description="Requests per minute budget per backend.")
     tpm: int | None = Field(default=None, ge=1, description="Tokens per minute budget per backend.")
     max_retries: int = Field(default=5, ge=0, description="Transport retries (429, 5xx, timeouts).")
+    max_failed_share: float = Field(default=0.05, ge=0, le=1, description="Largest share of a run's calls that "
+                                    "may go unanswered (transport failures, server errors, cache-only misses; not "
+                                    "replies the checks rejected) before the run fails closed and publishes nothing.")
     reask: int = Field(default=2, ge=0, description="Re-asks that feed a validation error back.")
     backoff_s: float = Field(default=0.5, ge=0, description="First retry delay; doubles, with jitter.")
     backoff_max_s: float = Field(default=30.0, ge=0)
@@ -63,6 +66,7 @@ class TokenCount(BaseModel):
     retries: int = 0
     reasks: int = 0
     failures: int = 0
+    transport_failures: int = 0  # of the failures, calls the model never answered (transport, server, cache-only miss)
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0

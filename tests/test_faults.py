@@ -390,3 +390,85 @@ def test_two_runs_with_keep_do_not_prune_each_others_new_version(tmp_path):
     assert names in (["v0002"], ["v0001", "v0002"]) and os.readlink(dataset / "latest") == "v0002"
     for name in names:
         assert_valid(dataset / name)
+
+
+def unanswered_spec(root: Path, llm: str, **llm_updates) -> RunSpec:
+    """A one-persona smoke run whose calls get one try and no backoff."""
+    spec = spec_for(root, llm, n=1)
+    return spec.model_copy(update={"llm": spec.llm.model_copy(update={"max_retries": 0, "backoff_s": 0,
+                                                                      **llm_updates})})
+
+
+def test_gateway_counts_transport_failures_apart_from_content_rejections(tmp_path):
+    from pipeline.llm import LLM, CallFailed
+    from pipeline.specs import ALL_SPECS
+    from schemas.llm import PingContext
+
+    spec, context = ALL_SPECS["gateway.ping"], PingContext(persona="a nurse", topic="books")
+    for backend, transport in (("fake?malformed_json=1.0", 0), ("fake?server_error=1.0", 1)):
+        llm = LLM(LLMSettings(llm=backend, cache_path=tmp_path / f"{transport}.sqlite", max_retries=0, reask=0,
+                              backoff_s=0))
+        with pytest.raises(CallFailed):
+            llm.generate(spec, context)
+        total = llm.usage_summary().total
+        assert (total.failures, total.transport_failures) == (1, transport), backend
+        llm.close()
+    llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "empty.sqlite", cache_only=True))
+    with pytest.raises(CallFailed.__mro__[1]):  # CacheMiss is an LLMError
+        llm.generate(spec, context)
+    assert llm.usage_summary().total.transport_failures == 1  # a cache-only miss is an unanswered call
+    llm.close()
+
+
+def test_a_server_failing_calls_fails_closed_publishes_nothing_and_a_rerun_resumes(harness, tmp_path):
+    from flows.generate import run_generate
+    from pipeline.run.jobs import RunFailed
+
+    with pytest.raises(RunFailed) as failed:
+        run_generate(unanswered_spec(tmp_path, "fake?server_error=0.3"), workers=2)
+    line = str(failed.value)
+    assert "model calls got no answer" in line and "nothing published" in line and "rerun" in line
+    assert "\n" not in line
+    assert not list((tmp_path / "out").glob("*/v0*")) and not list((tmp_path / "out").glob("*/latest"))
+    assert not list((tmp_path / "cache" / "personas").rglob("*.json"))  # no persona checkpointed: all asked again
+    assert any(status == "ok" for _, status in cache_rows(tmp_path / "cache" / "llm.sqlite"))
+    version = run_generate(unanswered_spec(tmp_path, "fake"), workers=2)
+    usage = manifest(version)["usage"]["total"]
+    # the answered calls are not asked again (those after a failed one differ: code text stood in before them)
+    assert usage["transport_failures"] == 0 and usage["cache_hits"] > 0
+
+
+def test_a_few_unanswered_calls_publish_and_the_card_says_how_many(harness, tmp_path):
+    from flows.generate import run_generate
+
+    version = run_generate(unanswered_spec(tmp_path, "fake?server_error=0.3", max_failed_share=1.0), workers=2)
+    usage = manifest(version)["usage"]["total"]
+    assert usage["transport_failures"] > 0
+    card = (version / "README.md").read_text(encoding="utf-8")
+    assert f"| {usage['transport_failures']} of {usage['calls']} |" in card
+
+
+def test_cache_only_on_another_seeds_cache_fails_closed(harness, tmp_path):
+    from flows.generate import run_generate
+    from pipeline.run.jobs import RunFailed
+
+    with pytest.raises(RunFailed, match=r"no cached reply \(--cache-only\)"):
+        run_generate(unanswered_spec(tmp_path, "fake", cache_only=True), workers=2)
+    assert not list((tmp_path / "out").glob("*/v0*"))
+
+
+def test_a_loopback_server_dying_after_4_calls_fails_closed(harness, tmp_path, monkeypatch):
+    """`ok*4,503`: the OpenAI path, every chat request after the fourth answered HTTP 500."""
+    from flows.generate import run_generate
+    from pipeline.run.jobs import RunFailed
+    from tests.support.openai_server import OpenAIServer
+
+    with OpenAIServer() as server:
+        for index in range(4, 3000):
+            server.schedule(index, "server_error")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-loopback")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        with pytest.raises(RunFailed, match="model calls got no answer: the server did not answer"):
+            run_generate(unanswered_spec(tmp_path, "openai:test-model", max_retries=1), workers=2)
+        assert server.requests > 4
+    assert not list((tmp_path / "out").glob("*/v0*"))

@@ -270,6 +270,11 @@ def _summary(path: Path) -> None:
     for name, count in manifest["counts"].items():
         table.add_row(name, f"{count:,}")
     console.print(table)
+    usage = manifest.get("usage", {}).get("total", {})
+    if usage.get("transport_failures"):
+        console.print(f"{usage['transport_failures']} of {usage.get('calls', 0)} model calls got no answer (within "
+                      "llm.max_failed_share): code-written text stands in for them; a rerun asks them again",
+                      soft_wrap=True, highlight=False)
     how = (
         "Load it with:\n"
         f"  python -c \"from pipeline.dataset import load; d = load('{path}'); print(len(d.queries), 'queries')\"\n"

@@ -90,6 +90,8 @@ def _made(manifest: Manifest) -> str:
         ["prompt templates", len(manifest.template_fingerprints)],
         ["LLM calls (cache hits)", f"{usage.get('calls', 0)} ({usage.get('cache_hits', 0)})"],
         ["cost (USD)", f"{usage.get('cost_usd', 0.0):.2f}"],
+        ["LLM calls unanswered (code-written text stands in)",
+         f"{usage.get('transport_failures', 0)} of {usage.get('calls', 0)}"],
         ["filler", _filler_source(manifest.stats)],
         ["validation", f"{len(manifest.validation.get('checks', []))} checks, "
                        f"{manifest.validation.get('n_errors', 0)} errors"],

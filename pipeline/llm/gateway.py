@@ -24,7 +24,16 @@ from pydantic import BaseModel, ValidationError
 from pipeline.errors import redact
 from pipeline.llm.backends import Backend, BackendReply, BackendRequest
 from pipeline.llm.cache import CacheKey, CallRecord, LLMCache
-from pipeline.llm.errors import CacheMiss, CallFailed, ConfigError, LLMError, RateLimited, TransientError
+from pipeline.llm.errors import (
+    CacheMiss,
+    CallFailed,
+    ConfigError,
+    ContentRejected,
+    LLMError,
+    RateLimited,
+    TransientError,
+    TransportFailed,
+)
 from pipeline.llm.factory import make_backend, resolve_backend_string
 from pipeline.llm.limits import Runtime, Throttle
 from pipeline.prompting import PromptEnv, PromptSpec
@@ -202,7 +211,8 @@ class LLM:
         if hit is not None:
             self._record(stage, TokenCount(calls=1, cache_hits=1))
             return spec.output.model_validate_json(hit.output)
-        if self.settings.cache_only:
+        if self.settings.cache_only:  # an unanswered call like any other: the run counts it
+            self._record(stage, TokenCount(calls=1, failures=1, transport_failures=1))
             raise CacheMiss(f"cache-only: no cached response for {spec.name} (key {digest[:16]})")
         request = BackendRequest(
             messages=messages, output=spec.output, schema=key.output_schema, context=context,
@@ -252,6 +262,7 @@ class LLM:
             return ChatReply(text=hit.raw or "", finish_reason=hit.finish_reason or "stop", cached=True,
                              input_tokens=hit.input_tokens, output_tokens=hit.output_tokens, latency_s=hit.latency_s)
         if self.settings.cache_only:
+            self._record(stage, TokenCount(calls=1, failures=1, transport_failures=1))
             raise CacheMiss(f"cache-only: no cached response for chat.{stage} (key {digest[:16]})")
         request = BackendRequest(
             messages=messages, output=ChatReply, schema={}, context=context or ChatReply(text=""),
@@ -267,6 +278,7 @@ class LLM:
             reply = await self._send(request, count)
         except LLMError as exc:
             count.failures += 1
+            count.transport_failures += not isinstance(exc, ContentRejected)
             self._record(stage, count)
             self._store_chat(request, stage, None, count, started, error=redact(exc))
             raise
@@ -302,7 +314,7 @@ class LLM:
                 if reply.finish_reason == "length":  # cut at the cap: only a larger cap can change that
                     raised = self._raised_cap(request)
                     if raised is None:
-                        raise CallFailed(f"{spec.name}: the reply ran to the token cap "
+                        raise ContentRejected(f"{spec.name}: the reply ran to the token cap "
                                          f"({self._cap(request)}), which cannot be raised: {problem}")
                     request = raised
                 if ask < self.settings.reask:
@@ -311,9 +323,10 @@ class LLM:
                         request = _reasked(request, reply, problem, ask + 1)
                     else:
                         request = _resampled(request, problem, ask + 1)
-            raise CallFailed(f"{spec.name}: no valid output after {ask + 1} asks: {problem}")
+            raise ContentRejected(f"{spec.name}: no valid output after {ask + 1} asks: {problem}")
         except LLMError as exc:
             count.failures += 1
+            count.transport_failures += not isinstance(exc, ContentRejected)  # the model never answered
             self._record(stage, count)
             self._store_failure(spec, request, reply, exc, count, started)
             raise
@@ -359,7 +372,7 @@ class LLM:
             count.output_tokens += reply.output_tokens
             throttle.charge(reply.input_tokens + reply.output_tokens - estimate)
             return reply
-        raise CallFailed(f"transport failed after {self.settings.max_retries + 1} tries: {_describe(error)}")
+        raise TransportFailed(f"transport failed after {self.settings.max_retries + 1} tries: {_describe(error)}")
 
     def _timeout(self) -> float | None:
         """The transport timeout of one try; a backend with ``transport_timeout = False`` (the embedded model,
