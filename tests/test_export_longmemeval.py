@@ -89,7 +89,7 @@ def test_the_haystack_is_the_history_before_the_anchor_and_the_answer_is_the_cor
     ds = load(smoke)
     queries = {q.query_id: q for q in ds.queries}
     placements = {(p.context_id, p.query_id): p for p in ds.placements}
-    for path in exported.iterdir():
+    for path in exported.glob("*.json"):
         for entry in json.loads(path.read_text(encoding="utf-8")):
             q = queries[entry["question_id"].removesuffix("_abs")]
             p = placements[(entry["context_id"], q.query_id)]
@@ -135,6 +135,6 @@ def test_dates_use_english_weekdays_and_budget_selects_one_file(smoke, tmp_path)
     assert lme_date(datetime(2023, 5, 30, 23, 40)) == "2023/05/30 (Tue) 23:40"
     result = CliRunner().invoke(app, ["export", "longmemeval", str(smoke), "--out", str(tmp_path), "--budget", "1500"])
     assert result.exit_code == 0, result.output
-    assert [p.name for p in tmp_path.iterdir()] == ["longmemeval_1500.json"]
+    assert [p.name for p in tmp_path.glob("*.json")] == ["longmemeval_1500.json"]
     result = CliRunner().invoke(app, ["export", "longmemeval", str(smoke), "--out", str(tmp_path), "--budget", "3k"])
     assert result.exit_code == 2 and "--budget 3,000" in result.output and "budgets: 1,500, 2,000" in result.output
