@@ -209,3 +209,35 @@ def test_a_base_url_server_needs_no_api_key(tmp_path):
         result = generate(tmp_path, "--profile", "smoke", "--llm", "openai:test-model", "--dry-run", env=env)
     assert result.exit_code == 0, result.output[-2000:]
     assert "expected LLM calls" in result.output
+
+
+@pytest.mark.parametrize("fault", ["empty_body", "not_json", "no_choices"])
+def test_a_bad_200_reply_during_the_plan_is_retried_not_a_traceback(tmp_path, fault):
+    from tests.support.openai_server import OpenAIServer
+
+    with OpenAIServer() as server:
+        server.schedule(0, fault)  # the plan's probe call
+        env = {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": server.base_url}
+        result = generate(tmp_path, "--profile", "smoke", "--llm", "openai:test-model", "--dry-run", env=env)
+        assert server.requests >= 2  # asked again
+    assert result.exit_code == 0, result.output[-2000:]
+    assert "Traceback" not in result.output and "expected LLM calls" in result.output
+
+
+@pytest.mark.parametrize("fault", ["empty_body", "not_json", "no_choices"])
+def test_a_bad_200_reply_is_a_transient_error_of_one_line(tmp_path, monkeypatch, fault):
+    from pipeline.llm import LLM
+    from pipeline.llm.errors import TransportFailed
+    from pipeline.specs import ALL_SPECS
+    from schemas.llm import LLMSettings, PingContext
+    from tests.support.openai_server import OpenAIServer
+
+    with OpenAIServer() as server:
+        for index in range(3):
+            server.schedule(index, fault)
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        llm = LLM(LLMSettings(llm="openai:test-model", cache_path=tmp_path / "c.sqlite", max_retries=2, backoff_s=0))
+        with pytest.raises(TransportFailed, match="answered 200 with") as failed:
+            llm.generate(ALL_SPECS["gateway.ping"], PingContext(persona="a nurse", topic="books"))
+        llm.close()
+    assert "\n" not in str(failed.value) and llm.usage_summary().total.retries == 2

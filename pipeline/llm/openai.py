@@ -84,6 +84,9 @@ class OpenAIBackend:
                 raise ConfigError(f"{self.base_url}/models answered HTTP {raw.status_code} with {kind or 'no type'}"
                                   f"{_html_hint(raw.text)}, not the OpenAI API: check OPENAI_BASE_URL")
             served = [m.id for m in raw.parse()]
+        except (ValueError, TypeError, AttributeError) as exc:  # JSON in name only: empty, not JSON, no `data`
+            raise ConfigError(f"{self.base_url}/models answered HTTP 200 with a body that is not a model list "
+                              f"({type(exc).__name__}): check OPENAI_BASE_URL") from None
         except openai.AuthenticationError as exc:
             raise ConfigError(f"{self.base_url} rejected OPENAI_API_KEY (HTTP {exc.status_code})") from None
         except openai.APIConnectionError as exc:
@@ -114,11 +117,20 @@ class OpenAIBackend:
         except openai.APIError as exc:
             raise _map_error(exc) from None
         except ValueError as exc:  # LangChain's "Unexpected response type": a 200 that is not a completion
-            if "Unexpected response type" not in str(exc):
-                raise
-            raise ConfigError(f"{self.base_url}/chat/completions answered with something that is not a "
-                              f"completion{_html_hint(str(exc))}: check OPENAI_BASE_URL") from None
+            if "Unexpected response type" in str(exc):
+                raise ConfigError(f"{self.base_url}/chat/completions answered with something that is not a "
+                                  f"completion{_html_hint(str(exc))}: check OPENAI_BASE_URL") from None
+            raise _bad_reply(self.base_url, exc) from None  # an empty or non-JSON body (JSONDecodeError)
+        except (TypeError, KeyError, AttributeError, IndexError) as exc:  # a JSON body without `choices`
+            raise _bad_reply(self.base_url, exc) from None
         return _reply(message)
+
+
+def _bad_reply(base_url: str, exc: Exception) -> TransientError:
+    """A 200 whose body is not a usable completion (empty, not JSON, no choices): worth another try."""
+    what = "a body that is not JSON" if isinstance(exc, ValueError) else "JSON that is not a chat completion"
+    return TransientError(f"{base_url}/chat/completions answered 200 with {what} "
+                          f"({type(exc).__name__}: {redact(str(exc).splitlines()[0][:120]) if str(exc) else ''})")
 
 
 def _reply(message: AIMessage) -> BackendReply:
