@@ -227,7 +227,7 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, dask_time
 
     from flows.generate import run_generate
     from flows.progress import REPORTER
-    from pipeline.llm import listen
+    from pipeline.llm import listen, listen_notices
     from pipeline.llm.errors import Interrupted
 
     # SIGTERM unwinds like Ctrl-C, so the run stops its model calls and cleans up (Prefect's temporary
@@ -240,12 +240,14 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, dask_time
         with Progress(*columns, console=console) as progress:
             reporter = RichReporter(progress, total, calls)
             token, unlisten = REPORTER.set(reporter), listen(reporter.call_done)
+            unnotice = listen_notices(reporter.notice)
             try:
                 path = run_generate(spec, runner=runner, workers=workers, dask_address=dask_address,
                                     dask_timeout_s=dask_timeout)
                 reporter.done()
             finally:
                 unlisten()
+                unnotice()
                 REPORTER.reset(token)
     except UserError as exc:
         raise fail(str(exc)) from None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -45,6 +46,10 @@ __all__ = ["LLM", "LLMError", "ConfigError", "CacheMiss", "CallFailed", "LLMSett
 # Called with (stage, count) as each call finishes, cached or not, from whichever thread ran it: a live
 # progress display listens here (see `listen`).
 _LISTENERS: list[Callable[[str, TokenCount], None]] = []
+# Called with one line when a call waits long (a 429's Retry-After): the CLI's display shows it above its
+# bars; with no listener it goes to stderr.
+_NOTICES: list[Callable[[str], None]] = []
+NOTICE_WAIT_S = 5.0
 REASK = "Your previous reply was rejected: {problem}\nReply again with a corrected answer to the request above."
 RESAMPLE = "(An earlier answer to this was rejected: {problem}.)"
 CHAT_FINGERPRINT = "free-text-chat"
@@ -349,20 +354,30 @@ class LLM:
         # The estimate only feeds a tokens-per-minute budget; without one, skip the tokenizer pass.
         estimate = count_tokens("\n".join(m["content"] for m in request.messages)) if throttle.tokens else 0
         error: Exception | None = None
+        bound = self.settings.call_timeout_s if self._timeout() is not None else None
+        deadline = time.monotonic() + bound if bound else None
         for retry in range(self.settings.max_retries + 1):
             if retry:
+                delay = self._delay(retry, error)
+                if deadline is not None and time.monotonic() + max(delay, throttle.paused_until - time.monotonic()) \
+                        >= deadline:
+                    raise TransportFailed(f"no answer within llm.call_timeout_s ({bound:g} s) after {retry} "
+                                          f"tries: {_describe(error)}")
                 count.retries += 1
-                await asyncio.sleep(self._delay(retry, error))
+                await asyncio.sleep(delay)
             self.runtime.check()
             await throttle.ready(estimate)
             attempt = _with_attempt(request, retry)
             async with throttle.slots:
                 self.runtime.check()  # a call that waited for its slot while the run was stopped
                 count.backend_calls += 1
+                timeout = self._timeout()
+                if deadline is not None:
+                    timeout = max(0.001, min(timeout, deadline - time.monotonic()))
                 try:
-                    reply = await asyncio.wait_for(self.backend.complete(attempt), self._timeout())
+                    reply = await asyncio.wait_for(self.backend.complete(attempt), timeout)
                 except RateLimited as exc:
-                    throttle.pause(exc.retry_after_s if exc.retry_after_s is not None else self._delay(retry + 1, exc))
+                    self._pause(throttle, exc, retry)
                     error = exc
                     continue
                 except (TransientError, TimeoutError) as exc:
@@ -373,6 +388,17 @@ class LLM:
             throttle.charge(reply.input_tokens + reply.output_tokens - estimate)
             return reply
         raise TransportFailed(f"transport failed after {self.settings.max_retries + 1} tries: {_describe(error)}")
+
+    def _pause(self, throttle: Throttle, exc: RateLimited, retry: int) -> None:
+        """Pause the backend for a 429: its Retry-After, capped at ``max_retry_after_s``; a long wait is said."""
+        asked = exc.retry_after_s
+        wait = min(asked if asked is not None else self._delay(retry + 1, exc), self.settings.max_retry_after_s)
+        before = max(throttle.paused_until, time.monotonic())  # the end of the pause in force, if any
+        throttle.pause(wait)
+        if throttle.paused_until - before >= NOTICE_WAIT_S:  # a long new wait: once per pause, not per caller
+            capped = f" (it asked for {asked:g} s; llm.max_retry_after_s caps it)" if asked and asked > wait else ""
+            notice(f"{self.name}: the server is rate-limiting (HTTP 429): waiting {wait:.0f} s before sending "
+                   f"again{capped}")
 
     def _timeout(self) -> float | None:
         """The transport timeout of one try; a backend with ``transport_timeout = False`` (the embedded model,
@@ -439,6 +465,21 @@ def first_ask(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     if note in last:
         messages = [*messages[:-1], {**messages[-1], "content": last[:last.index(note)]}]
     return messages
+
+
+def notice(text: str) -> None:
+    """Say ``text`` (one line) to whoever watches: the notice listeners, else stderr."""
+    if _NOTICES:
+        for listener in list(_NOTICES):
+            listener(text)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
+def listen_notices(listener: Callable[[str], None]) -> Callable[[], None]:
+    """Send the gateway's notices (long waits) to ``listener``; returns the function that stops it."""
+    _NOTICES.append(listener)
+    return lambda: _NOTICES.remove(listener) if listener in _NOTICES else None
 
 
 def listen(listener: Callable[[str, TokenCount], None]) -> Callable[[], None]:

@@ -10,6 +10,7 @@ import os
 import re
 from functools import cached_property
 
+import httpx
 import openai
 from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
@@ -70,8 +71,10 @@ class OpenAIBackend:
     def chat(self) -> ChatOpenAI:
         """The LangChain chat model; built on first use, on the gateway loop."""
         s = self.settings
+        # connect bounded on its own; a try as a whole (first byte and total) by the gateway's timeout
+        timeout = httpx.Timeout(s.timeout_s, connect=min(s.connect_timeout_s, s.timeout_s))
         return _PlainTextChatOpenAI(model=self.model, api_key=self._api_key(), base_url=self.base_url,
-                                    timeout=s.timeout_s, max_retries=0, temperature=s.temperature, top_p=s.top_p,
+                                    timeout=timeout, max_retries=0, temperature=s.temperature, top_p=s.top_p,
                                     max_completion_tokens=s.max_tokens)
 
     def preflight(self) -> None:
