@@ -472,3 +472,47 @@ def test_a_loopback_server_dying_after_4_calls_fails_closed(harness, tmp_path, m
             run_generate(unanswered_spec(tmp_path, "openai:test-model", max_retries=1), workers=2)
         assert server.requests > 4
     assert not list((tmp_path / "out").glob("*/v0*"))
+
+
+def test_ctrl_c_right_after_the_rename_says_the_version_is_complete(tmp_path, monkeypatch):
+    """Interrupted after the version was renamed into place (before `latest` moved): not "rerun to continue"."""
+    import flows.generate
+    import pipeline.dataset.publishing as publishing
+    from tests.support.smoke import publish_smoke
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(publishing, "_point_latest", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        publish_smoke(tmp_path / "real")
+    version = publishing.PUBLISHED[-1]
+    assert version.name == "v0001" and (version / "manifest.json").is_file()
+
+    def publish_then_interrupt(spec, **kwargs):
+        publishing.PUBLISHED.append(version)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(flows.generate, "run_generate", publish_then_interrupt)
+    result = run_cli(tmp_path)
+    assert result.exit_code == 130 and result.stderr.strip().splitlines() == [
+        f"error: interrupted after publishing {version} (the version is complete; a rerun would publish another)"]
+
+
+def test_the_load_commands_run_as_printed_when_the_path_holds_quotes_and_spaces(tmp_path):
+    """Every printed "Load it with" line runs in a shell as printed, for a path with a space and both quotes."""
+    import shlex
+
+    from pipeline.cli.generate import load_commands
+    from tests.support.smoke import publish_smoke
+
+    version = publish_smoke(tmp_path / "it's a \"quoted\" dir")
+    lines = [line.strip() for line in load_commands(version).splitlines()[1:]]
+    assert len(lines) == 3
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for line in lines:
+        line = line.replace("python -c", f"{shlex.quote(sys.executable)} -c", 1).replace(
+            "personagen export", f"{shlex.quote(sys.executable)} -m pipeline.cli export", 1)
+        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
+        assert done.returncode == 0, (line, done.stderr[-2000:])
+    assert (version.parent / "personamem_format").is_dir()

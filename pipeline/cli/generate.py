@@ -227,13 +227,14 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, dask_time
 
     from flows.generate import run_generate
     from flows.progress import REPORTER
+    from pipeline.dataset.publishing import PUBLISHED
     from pipeline.llm import listen, listen_notices
     from pipeline.llm.errors import Interrupted
 
     # SIGTERM unwinds like Ctrl-C, so the run stops its model calls and cleans up (Prefect's temporary
     # server included) instead of Python's default of dying on the spot.
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    started = time.perf_counter()
+    started, published_before = time.perf_counter(), len(PUBLISHED)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     try:
@@ -253,6 +254,9 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, dask_time
         raise fail(str(exc)) from None
     except (KeyboardInterrupt, Interrupted, TerminationSignal) as exc:
         code = 143 if isinstance(exc, _Terminated | TerminationSignal) else 130
+        if len(PUBLISHED) > published_before:  # the rename happened: the version is whole, a rerun would add one
+            raise fail(f"interrupted after publishing {PUBLISHED[-1]} (the version is complete; a rerun would "
+                       "publish another)", code=code) from None
         saved = ("every finished persona is saved (the calls of those in flight on Dask workers are not)"
                  if runner == "dask" else "every finished model call and persona is saved")
         raise fail(f"interrupted; {saved}: rerun the same command to continue", code=code) from None
@@ -277,10 +281,17 @@ def _summary(path: Path) -> None:
         console.print(f"{usage['transport_failures']} of {usage.get('calls', 0)} model calls got no answer (within "
                       "llm.max_failed_share): code-written text stands in for them; a rerun asks them again",
                       soft_wrap=True, highlight=False)
-    how = (
-        "Load it with:\n"
-        f"  python -c \"from pipeline.dataset import load; d = load('{path}'); print(len(d.queries), 'queries')\"\n"
-        f"  python -c \"import duckdb; duckdb.sql(\\\"select type, count(*) from '{path}/queries.parquet' group by type\\\").show()\"\n"
-        f"  personagen export personamem {path} --out {path.parent}/personamem_format"
-    )
-    console.print(how, soft_wrap=True)
+    console.print(load_commands(path), soft_wrap=True, highlight=False, markup=False)
+
+
+def load_commands(path: Path) -> str:
+    """The "Load it with" lines, quoted so that they run as printed whatever the path holds (spaces, quotes)."""
+    from shlex import quote
+
+    table = str(path / "queries.parquet").replace("'", "''")  # a SQL string literal
+    sql = f"select type, count(*) from '{table}' group by type"
+    load = f"from pipeline.dataset import load; d = load({str(path)!r}); print(len(d.queries), 'queries')"
+    return ("Load it with:\n"
+            f"  python -c {quote(load)}\n"
+            f"  python -c {quote(f'import duckdb; duckdb.sql({sql!r}).show()')}\n"
+            f"  personagen export personamem {quote(str(path))} --out {quote(str(path.parent / 'personamem_format'))}")

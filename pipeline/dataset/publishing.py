@@ -157,6 +157,11 @@ def _check_latest(folder: Path) -> None:
                            f"{'folder' if latest.is_dir() else 'file'}; move it aside, nothing published")
 
 
+# Every version this process renamed into place, in order: an interrupted command reads it to say truthfully
+# whether its version is complete (the rename is the publish; `latest` and retention follow it).
+PUBLISHED: list[Path] = []
+
+
 def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None,
                    validated: tuple[dict[str, list[BaseModel]], ValidationReport] | None = None) -> Path:
     """Validate a staged folder (unless ``validated`` gives its rows and report), then (under the
@@ -177,6 +182,7 @@ def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None,
         _read_only(staging)
         target = parent / version
         os.rename(staging, target)
+        PUBLISHED.append(target)
         _pin(target)
         _point_latest(parent)
         if keep is not None:
