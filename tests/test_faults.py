@@ -516,3 +516,71 @@ def test_the_load_commands_run_as_printed_when_the_path_holds_quotes_and_spaces(
         done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
         assert done.returncode == 0, (line, done.stderr[-2000:])
     assert (version.parent / "personamem_format").is_dir()
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    done = subprocess.run(["true"], check=True)
+    del done
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_leftovers_of_killed_runs_are_swept_at_the_next_start_and_live_ones_kept(tmp_path, monkeypatch):
+    import pipeline.run.estimate
+
+    pid = dead_pid()
+    dataset, personas = tmp_path / "out" / "smoke", tmp_path / "cache" / "personas"
+    dead = [dataset / f".staging-publish-{pid}-deadbeef", dataset / ".trash-v0001-0123abcd"]
+    live = dataset / ".staging-publish-1-cafebabe"  # pid 1 is always running
+    for folder in (*dead, live):
+        folder.mkdir(parents=True)
+        (folder / "turns.parquet").write_bytes(b"x" * 100)
+    personas.mkdir(parents=True)
+    stale = personas / f"abc.{pid}-0123abcd.tmp"
+    stale.write_bytes(b"")
+    target = planted_folder = tmp_path / "a user's folder"
+    planted_folder.mkdir()
+    (planted_folder / "thesis.txt").write_text("mine")
+    (dataset / ".trash-v0002-89abcdef").symlink_to(target)  # a link moved aside: removed, never followed
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline.run.estimate, "estimate_run", interrupt)
+    result = run_cli(tmp_path)
+    assert result.exit_code == 130, result.output
+    assert not any(p.exists() for p in dead) and not stale.exists() and live.is_dir()
+    assert not (dataset / ".trash-v0002-89abcdef").is_symlink() and (target / "thesis.txt").read_text() == "mine"
+
+
+def test_an_interrupted_plan_leaves_no_empty_cache(tmp_path, monkeypatch):
+    import pipeline.run.estimate
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline.run.estimate, "estimate_run", interrupt)
+    assert run_cli(tmp_path).exit_code == 130
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_killed_exports_temporary_file_is_swept_and_a_full_disk_leaves_no_checkpoint_tmp(tmp_path, monkeypatch):
+    from pipeline.dataset.files import write_jsonl
+    from pipeline.run.checkpoint import Checkpoints
+
+    stale = tmp_path / f".all.jsonl.{dead_pid()}-0123abcd.tmp"
+    stale.write_bytes(b"x" * 1000)
+    other = tmp_path / ".notes.txt.12-0123abcd.tmp"  # not this export's: left alone
+    other.write_bytes(b"")
+    write_jsonl(tmp_path / "all.jsonl", [{"a": 1}])
+    assert not stale.exists() and other.exists()
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError):
+        Checkpoints._write(tmp_path / "ck" / "p.json", "{}")
+    assert list((tmp_path / "ck").iterdir()) == []

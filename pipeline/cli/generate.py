@@ -141,7 +141,7 @@ def generate(
     gateway = None
     try:
         config = load_config(profile, n_personas=n, seed=seed)
-        _preflight(config, outputs)
+        _preflight(config, outputs, cache.parent)
         settings = LLMSettings(llm=llm, cache_path=cache, cache_only=cache_only)
         gateway = LLM(settings)
         gateway.preflight()
@@ -153,6 +153,7 @@ def generate(
         _drop_empty_cache(gateway, cache, created)
         raise fail(str(exc)) from None
     except KeyboardInterrupt:  # Ctrl-C while planning: one line, not click's "Aborted!"
+        _drop_empty_cache(gateway, cache, created)
         raise fail("interrupted before the run started; nothing published", code=130) from None
     console.print(_plan_table(estimate, config, gateway.name, workers))
     if dry_run:
@@ -202,14 +203,16 @@ def _drop_empty_cache(gateway, cache: Path, created: list[Path]) -> None:
                 folder.rmdir()  # deepest first, and only while empty
 
 
-def _preflight(config, outputs: Path) -> None:
+def _preflight(config, outputs: Path, cache_folder: Path) -> None:
     """Fail before any model call on what would fail later: a broken template, an unwritable outputs folder."""
     from pipeline.dataset import check_writable
+    from pipeline.dataset.store import sweep
     from pipeline.prompting import preflight_templates
     from pipeline.specs import ALL_SPECS
 
     preflight_templates(ALL_SPECS.values())
-    check_writable(outputs, config.dataset)
+    check_writable(outputs, config.dataset)  # sweeps what killed runs left there
+    sweep(cache_folder / "personas")  # checkpoints' temporary files of killed runs
 
 
 class _Terminated(KeyboardInterrupt):

@@ -24,6 +24,7 @@ from pipeline.dataset.store import (
     check_out_folder,
     make_staging,
     replace_dir,
+    sweep,
     writable_problem,
     write_marker,
 )
@@ -47,7 +48,8 @@ def _atomic_text(path: Path):
     """A text handle on a temporary sibling that replaces ``path`` only when the block completes."""
     if path.is_dir():
         raise ExportError(f"--out {path}: is a folder; give the file to write")
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    sweep(path.parent, (f".{path.name}.",))  # a killed export's temporary file
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tmp.open("w", encoding="utf-8", newline="") as fh:
@@ -180,6 +182,7 @@ def _write_folder(target: Path, files: dict[str, bytes], *, option: str = "repor
     """``files`` as the folder ``target``, replacing an earlier one of ours (never a folder holding other files)."""
     ours = set(ours) | set(files)
     check_out_folder(target, option=option, ours=ours)
+    sweep(target.parent, (f".staging-{target.name}-", f".trash-{target.name}-"))
     staging = make_staging(target.parent, target.name)
     try:
         for name, data in files.items():

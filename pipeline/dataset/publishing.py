@@ -20,6 +20,7 @@ from pipeline.dataset.store import (
     _file_entry,
     _os_reason,
     make_staging,
+    sweep,
     writable_problem,
     write_table,
 )
@@ -143,6 +144,7 @@ def check_writable(root: Path, dataset: str) -> None:
     Folders made for the probe are removed again, so a run that fails later leaves no empty dataset folder.
     """
     folder = root / dataset
+    sweep(folder)  # what killed runs left: their staging folders, folders moved aside for removal
     problem = writable_problem(folder)
     if problem is not None:
         raise PublishError(f"{folder}: outputs folder is not writable ({problem})")

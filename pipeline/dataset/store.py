@@ -142,15 +142,61 @@ def replace_dir(staging: Path, target: Path) -> None:
         trash = target.parent / f".trash-{target.name}-{secrets.token_hex(4)}"
         os.rename(target, trash)
         os.rename(staging, target)
-        shutil.rmtree(trash, ignore_errors=True)
+        discard(trash)
     else:
         os.rename(staging, target)
+
+
+def discard(path: Path) -> None:
+    """Remove a folder this code moved aside (or a link in its place: the link, never what it points at)."""
+    if path.is_symlink() or path.is_file():
+        with suppress(OSError):
+            path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# What an interrupted or killed command leaves: staging folders and temporary files carry the writer's pid.
+_LEFTOVER = re.compile(r"^(?:\.staging-.+-(?P<pid>\d+)-[0-9a-f]{8}|.+\.(?P<tmp_pid>\d+)-[0-9a-f]{8}\.tmp)$")
+_TRASH = re.compile(r"^\.trash-.+-[0-9a-f]{8}$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def sweep(folder: Path, prefixes: tuple[str, ...] = ("",)) -> list[str]:
+    """Remove what earlier commands left in ``folder`` when they were killed: staging folders and temporary
+    files of processes no longer running, and folders moved aside for removal; only names starting with one
+    of ``prefixes`` (in a folder that is not ours, only what this writer itself would leave). Returns the
+    names removed."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return []
+    removed = []
+    for path in entries:
+        if not path.name.startswith(prefixes):
+            continue
+        match = _LEFTOVER.match(path.name)
+        pid = match and int(match.group("pid") or match.group("tmp_pid"))
+        if (pid and pid != os.getpid() and not _alive(pid)) or _TRASH.match(path.name):
+            discard(path)
+            removed.append(path.name)
+    return removed
 
 
 def write_tables(target: Path, tables: dict[str, list[BaseModel]]) -> dict[str, int]:
     """Write several tables into ``target`` as one unit: all of them, or (on any error) none. ``target`` must
     be new, empty or an earlier output of this kind (:func:`check_out_folder`): nothing else is replaced."""
     check_out_folder(target)
+    sweep(target.parent, (f".staging-{target.name}-", f".trash-{target.name}-"))
     staging = make_staging(target.parent, target.name)
     try:
         counts = {name: write_table(staging, name, rows).num_rows for name, rows in tables.items()}

@@ -80,8 +80,11 @@ class Checkpoints:
         """Atomically: a reader sees the old file or the whole new one."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}-{secrets.token_hex(4)}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no empty temporary file
 
     def load_filtered(self, key: str) -> FilteredQueries | None:
         """The probe and filter's outcome for a run whose personas and fingerprint digest to ``key``."""
