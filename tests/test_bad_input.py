@@ -241,3 +241,67 @@ def test_a_bad_200_reply_is_a_transient_error_of_one_line(tmp_path, monkeypatch,
             llm.generate(ALL_SPECS["gateway.ping"], PingContext(persona="a nurse", topic="books"))
         llm.close()
     assert "\n" not in str(failed.value) and llm.usage_summary().total.retries == 2
+
+
+def one_error_line(result: Result, code: int = 2, *needles: str) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == code, (result.exit_code, result.output[-2000:])
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.output and "Aborted" not in result.output
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize(("edit", "culprit"), [(lambda path: path.write_bytes(b"\xff\xfe bad"), "not UTF-8"),
+                                               (lambda path: path.write_text("{% block system %}x{% endblok %}"),
+                                                "TemplateSyntaxError")])
+def test_prompts_list_and_render_on_a_broken_template_are_one_line(tmp_path, edit, culprit):
+    root = tmp_path / "prompts"
+    shutil.copytree(REPO / "prompts", root)
+    edit(root / "gateway" / "ping.jinja")
+    runner = CliRunner()
+    one_error_line(runner.invoke(app, ["prompts", "render", "gateway.ping", "--prompts-dir", str(root)]), 2,
+                   "ping.jinja", culprit)
+    if culprit == "not UTF-8":
+        one_error_line(runner.invoke(app, ["prompts", "list", "--prompts-dir", str(root)]), 2, "ping.jinja", culprit)
+
+
+def test_prompts_render_with_bad_context_json_is_one_line(tmp_path):
+    bad = tmp_path / "ctx.json"
+    bad.write_text("{bad", encoding="utf-8")
+    one_error_line(CliRunner().invoke(app, ["prompts", "render", "gateway.ping", "--context", str(bad)]), 2,
+                   f"--context {bad}", "Invalid JSON")
+
+
+@pytest.mark.parametrize("command", ["plan", "export"])
+def test_sigterm_during_plan_or_export_is_one_line_like_ctrl_c(tmp_path, monkeypatch, command):
+    """SIGTERM (really delivered) ends the command in one line with exit 143, Ctrl-C in the same line with 130."""
+    import os
+    import signal
+
+    import pipeline.dataset.export
+    import pipeline.run.plan
+    from tests.support.eval_data import publish_tiny
+
+    def terminated(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM was not raised")
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if command == "plan":
+        args, module, name = ["plan", "--n", "1", "--profile", "smoke", "--out", str(tmp_path / "plan")], \
+            pipeline.run.plan, "build_plan"
+    else:
+        version = publish_tiny(tmp_path / "out")
+        args, module, name = ["export", "jsonl", str(version), "--out", str(tmp_path / "all.jsonl")], \
+            pipeline.dataset.export, "jsonl_records"
+    previous = signal.getsignal(signal.SIGTERM)
+    for stop, code in ((terminated, 143), (interrupted, 130)):
+        monkeypatch.setattr(module, name, stop)
+        line = one_error_line(CliRunner().invoke(app, args), code)
+        assert "nothing half-written" in line
+    assert signal.getsignal(signal.SIGTERM) is previous  # the handler is the command's only
+    assert not (tmp_path / "plan").exists() and not (tmp_path / "all.jsonl").exists()

@@ -20,7 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from pipeline.cli.common import console, fail
+from pipeline.cli.common import Terminated, console, fail
 from pipeline.config import load_config
 from pipeline.errors import UserError
 from schemas.llm import LLMSettings
@@ -152,9 +152,10 @@ def generate(
     except (UserError, LLMError) as exc:
         _drop_empty_cache(gateway, cache, created)
         raise fail(str(exc)) from None
-    except KeyboardInterrupt:  # Ctrl-C while planning: one line, not click's "Aborted!"
+    except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) while planning: one line, not click's "Aborted!"
         _drop_empty_cache(gateway, cache, created)
-        raise fail("interrupted before the run started; nothing published", code=130) from None
+        raise fail("interrupted before the run started; nothing published",
+                   code=143 if isinstance(exc, Terminated) else 130) from None
     console.print(_plan_table(estimate, config, gateway.name, workers))
     if dry_run:
         _drop_empty_cache(gateway, cache, created)
@@ -164,8 +165,9 @@ def generate(
                 total=config.n_personas, calls=estimate.llm_calls)
     try:
         _summary(path)
-    except KeyboardInterrupt:  # the version is complete; only the summary was cut short
-        raise fail(f"interrupted after publishing {path} (the version is complete)", code=130) from None
+    except KeyboardInterrupt as exc:  # the version is complete; only the summary was cut short
+        raise fail(f"interrupted after publishing {path} (the version is complete)",
+                   code=143 if isinstance(exc, Terminated) else 130) from None
 
 
 # Seconds Prefect's temporary server takes to start and take the flow run (12.4-13.1 s measured on 2 cores,
@@ -215,8 +217,8 @@ def _preflight(config, outputs: Path, cache_folder: Path) -> None:
     sweep(cache_folder / "personas")  # checkpoints' temporary files of killed runs
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt."""
+class _Terminated(Terminated):
+    """SIGTERM during the run, raised like Ctrl-C's KeyboardInterrupt."""
 
 
 def _on_sigterm(signum, frame) -> None:
