@@ -335,3 +335,23 @@ def test_the_openai_client_bounds_the_connect_apart(monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     chat = OpenAIBackend("m", LLMSettings(timeout_s=30, connect_timeout_s=3)).chat
     assert chat.request_timeout.connect == 3 and chat.request_timeout.read == 30
+
+
+def test_a_reask_echoes_an_overlong_reply_cut_to_the_token_cap(tmp_path):
+    """A server that ignores max_tokens: the re-ask shows at most the cap's worth of the rejected reply."""
+    from pipeline.llm.backends import BackendReply
+
+    llm, backend = fake_llm(tmp_path, max_tokens=100)
+    sent = []
+    original = backend.complete
+
+    async def overlong_first(request):
+        sent.append(request)
+        if len(sent) == 1:
+            return BackendReply(text="{" + "x" * 1_000_000, finish_reason="stop")
+        return await original(request)
+
+    backend.complete = overlong_first
+    assert isinstance(llm.generate(SPEC, ADA), TopicNote)
+    echoed = [m["content"] for m in sent[1].messages if m["role"] == "assistant"]
+    assert len(echoed) == 1 and len(echoed[0]) < 500 and "more characters cut" in echoed[0]

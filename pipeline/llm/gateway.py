@@ -508,10 +508,22 @@ def _validate(reply: BackendReply, output: type[BaseModel]) -> tuple[BaseModel |
 
 
 def _reasked(request: BackendRequest, reply: BackendReply, problem: str, ask: int) -> BackendRequest:
-    """The request extended with the rejected reply and the reason, for the next ask."""
-    messages = [*request.messages, {"role": "assistant", "content": reply.text},
+    """The request extended with the rejected reply (cut to what the token cap allows: a server that ignores
+    ``max_tokens`` must not have its whole reply echoed back, re-ask after re-ask) and the reason."""
+    messages = [*request.messages, {"role": "assistant", "content": _echo(reply.text, request.max_tokens)},
                 {"role": "user", "content": REASK.format(problem=problem)}]
     return replace(request, messages=messages, attempt=100 * ask)
+
+
+ECHO_CHARS_PER_TOKEN = 4
+
+
+def _echo(text: str, max_tokens: int) -> str:
+    """``text`` as a re-ask shows it: at most about ``max_tokens`` tokens, the cut said."""
+    limit = ECHO_CHARS_PER_TOKEN * max_tokens
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... {len(text) - limit:,} more characters cut]"
 
 
 def _resampled(request: BackendRequest, problem: str, ask: int) -> BackendRequest:
