@@ -116,3 +116,17 @@ def test_card_points_at_the_evals_made_after_publishing(card):
     body = card[0].split("---\n", 2)[2]
     assert "## Evaluating" in body and "--suite" in body and "`evals/<name>/`" in body
     assert "never lists evaluations made later" in body
+
+
+def test_a_version_rebuilt_from_checkpoints_reports_the_calls_that_made_it(tmp_path):
+    import json
+
+    from tests.support.smoke import publish_smoke
+
+    first = publish_smoke(tmp_path)
+    again = publish_smoke(tmp_path)  # every persona from its checkpoint: no call made
+    usage = [json.loads((v / "manifest.json").read_text())["usage"]["total"] for v in (first, again)]
+    assert usage[0]["calls"] > 0 and usage[1]["calls"] == usage[0]["calls"]
+    stats = json.loads((again / "manifest.json").read_text())["stats"]
+    assert stats["personas_from_checkpoint"] >= 1
+    assert f"| LLM calls (cache hits) | {usage[0]['calls']} (" in (again / "README.md").read_text(encoding="utf-8")

@@ -12,11 +12,12 @@ import secrets
 from functools import cache
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from pipeline.run.persona_text import PersonaText
 from schemas.config import RunConfig
 from schemas.ids import digest
+from schemas.llm import UsageSummary
 from schemas.persona import PersonaSeed
 from schemas.query import Query
 
@@ -29,6 +30,7 @@ class PersonaResult(BaseModel):
     text: PersonaText
     queries: list[Query]
     query_stats: dict = {}
+    usage: UsageSummary = Field(default_factory=UsageSummary)  # the calls that made it (a rerun reports them)
 
 
 @cache

@@ -114,10 +114,11 @@ def persona_job(seed: PersonaSeed, spec: RunSpec) -> JobResult:
     key = fingerprint(spec, name)
     cached = spec.checkpoints.load(seed, key)
     if cached is not None:
-        return JobResult(result=cached, usage=UsageSummary(), from_checkpoint=True)
+        return JobResult(result=cached, usage=cached.usage, from_checkpoint=True)
     llm = LLM(spec.llm, cache=LLMCache(spec.llm.cache_path, tag=persona_tag(seed, name)))
-    result = make_persona(seed, spec, llm)
+    made = make_persona(seed, spec, llm)
     usage = llm.usage_summary()
+    result = made.model_copy(update={"usage": usage})
     if not usage.total.transport_failures:  # a persona with unanswered calls is asked again by a rerun
         spec.checkpoints.save(seed, key, result)
     return JobResult(result=result, usage=usage, from_checkpoint=False)
@@ -141,8 +142,8 @@ def reuse_checkpoints(seeds: list[PersonaSeed], spec: RunSpec) -> dict[int, JobR
     found = {}
     for seed in seeds:
         result = spec.checkpoints.load(seed, key)
-        if result is not None:
-            found[seed.index] = JobResult(result=result, usage=UsageSummary(), from_checkpoint=True)
+        if result is not None:  # its calls and cost are those that made it, kept in the checkpoint
+            found[seed.index] = JobResult(result=result, usage=result.usage, from_checkpoint=True)
     return found
 
 
