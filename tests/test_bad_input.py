@@ -305,3 +305,18 @@ def test_sigterm_during_plan_or_export_is_one_line_like_ctrl_c(tmp_path, monkeyp
         assert "nothing half-written" in line
     assert signal.getsignal(signal.SIGTERM) is previous  # the handler is the command's only
     assert not (tmp_path / "plan").exists() and not (tmp_path / "all.jsonl").exists()
+
+
+def test_a_budget_below_one_topics_own_text_is_refused_at_the_plan(tmp_path):
+    """default.yaml with budgets [1500]: refused before the run's calls, not after all of them."""
+    import yaml
+
+    config = yaml.safe_load((REPO / "pipeline" / "config" / "default.yaml").read_text(encoding="utf-8"))
+    config["assembly"]["budgets"] = [1500]
+    path = tmp_path / "narrow.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    result = generate(tmp_path, "--profile", str(path), "--n", "1", "--llm", "fake")
+    assert_rejected(result, tmp_path, "assembly.budgets: a 1,500-token context cannot hold one topic")
+    for profile_name in ("smoke", "default", "paper"):  # the shipped profiles pass
+        ok = generate(tmp_path / profile_name, "--profile", profile_name, "--n", "1", "--llm", "fake", "--dry-run")
+        assert ok.exit_code == 0, ok.output[-2000:]

@@ -124,7 +124,7 @@ def generate(
 ) -> None:
     """Generate a benchmark dataset and publish it as a new version under OUTPUTS/<dataset>/."""
     from pipeline.llm import LLM, LLMError
-    from pipeline.run.estimate import estimate_run
+    from pipeline.run.estimate import check_budgets, estimate_run
     from pipeline.run.jobs import RunSpec, default_workers
 
     if runner not in ("thread", "dask"):
@@ -147,6 +147,7 @@ def generate(
         gateway.preflight()
         workers = workers or default_workers(settings, runner)
         estimate = estimate_run(config, gateway, workers=workers)
+        check_budgets(config, estimate)
         if estimate.eta_s and _starts_prefect_server():
             estimate.eta_s += PREFECT_START_S
     except (UserError, LLMError) as exc:
