@@ -320,3 +320,34 @@ def test_a_budget_below_one_topics_own_text_is_refused_at_the_plan(tmp_path):
     for profile_name in ("smoke", "default", "paper"):  # the shipped profiles pass
         ok = generate(tmp_path / profile_name, "--profile", profile_name, "--n", "1", "--llm", "fake", "--dry-run")
         assert ok.exit_code == 0, ok.output[-2000:]
+
+
+@pytest.mark.parametrize(("body", "culprit"), [
+    ("start_date: 9999-12-01\n", "start_date: 9999-12-01"),
+    (TWO_PERIODS.replace("offset_days: 30", "offset_days: 1000000000"), "periods.1.offset_days"),
+    ("personas: {source: personahub, personahub_path: \"a\\0b\"}\n", "NUL"),
+])
+def test_config_values_that_broke_the_plan_are_one_line(tmp_path, body, culprit):
+    result = CliRunner().invoke(app, ["plan", "--profile", profile(tmp_path, body), "--out", str(tmp_path / "p")])
+    one_error_line(result, 2, culprit)
+
+
+def test_a_profile_path_that_is_a_folder_a_bad_base_url_and_a_bad_fake_option_are_one_line(tmp_path):
+    folder = tmp_path / "p.yaml"
+    folder.mkdir()
+    one_error_line(generate(tmp_path, "--profile", str(folder), "--llm", "fake"), 2, "is a folder")
+    result = generate(tmp_path, "--profile", "smoke", "--llm", "openai:x", env={"OPENAI_BASE_URL": "http://[::1"})
+    one_error_line(result, 2, "OPENAI_BASE_URL", "not a URL")
+    one_error_line(generate(tmp_path, "--profile", "smoke", "--llm", "fake?latency_s=abc"), 2, "latency_s='abc'")
+
+
+def test_a_300_character_out_name_is_one_line(tmp_path):
+    from tests.support.eval_data import publish_tiny
+
+    long = tmp_path / ("a" * 300)
+    one_error_line(CliRunner().invoke(app, ["plan", "--n", "1", "--profile", "smoke", "--out", str(long)]), 2,
+                   "File name too long")
+    version = publish_tiny(tmp_path / "out")
+    for args in (["jsonl", "--out", f"{long}.jsonl"], ["personamem", "--out", str(long)],
+                 ["longmemeval", "--out", str(long)]):
+        one_error_line(CliRunner().invoke(app, ["export", args[0], str(version), *args[1:]]), 2, "too long")

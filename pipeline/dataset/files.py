@@ -109,6 +109,14 @@ def write_json_list(path: Path, records: Iterable[Any], *, allow_empty: bool = T
 def check_export_file(path: Path, keys: set[str]) -> None:
     """Refuse (ExportError) to replace ``path`` unless it is absent or an earlier JSONL export: its first
     line a JSON object holding ``keys``. Never a link or a folder."""
+    try:
+        path.lstat()
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as exc:  # a name too long, a NUL
+        if not isinstance(exc, NotADirectoryError):
+            reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc)
+            raise ExportError(f"--out {path}: cannot be used ({reason})") from None
     if path.is_symlink():
         raise ExportError(f"--out {path}: is a link; give the file to write")
     if path.is_dir():

@@ -102,6 +102,15 @@ def check_out_folder(target: Path, *, option: str = "--out", ours: set[str] = fr
     new, empty, or holds only files an earlier command wrote there (listed in its :data:`OUT_MARKER`, or
     named in ``ours``). Never a file, a link, or the current folder (or one above it)."""
     where = f"{option} {target}"
+    try:
+        target.lstat()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a name too long, a NUL, a component that is a file
+        if not isinstance(exc, NotADirectoryError):
+            raise ExportError(f"{where}: cannot be used ({_os_reason(exc)})") from None
+    except ValueError as exc:
+        raise ExportError(f"{where}: cannot be used ({exc})") from None
     if target.is_symlink():
         raise ExportError(f"{where}: is a link; give a new folder or one personagen wrote")
     if target.exists() and not target.is_dir():

@@ -52,6 +52,13 @@ class OpenAIBackend:
         self.model = model
         self.settings = settings
         self.base_url = (os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        try:
+            url = httpx.URL(self.base_url)
+            url.port  # noqa: B018 -- a bad port is only found when read
+        except (httpx.InvalidURL, ValueError, TypeError) as exc:
+            raise ConfigError(f"OPENAI_BASE_URL {redact(self.base_url)!r}: not a URL ({exc})") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ConfigError(f"OPENAI_BASE_URL {redact(self.base_url)!r}: not an http(s) URL with a host")
 
     def _api_key(self) -> str:
         """OPENAI_API_KEY; a server of one's own (OPENAI_BASE_URL set) may need none, so it gets a placeholder."""
