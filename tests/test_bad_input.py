@@ -351,3 +351,14 @@ def test_a_300_character_out_name_is_one_line(tmp_path):
     for args in (["jsonl", "--out", f"{long}.jsonl"], ["personamem", "--out", str(long)],
                  ["longmemeval", "--out", str(long)]):
         one_error_line(CliRunner().invoke(app, ["export", args[0], str(version), *args[1:]]), 2, "too long")
+
+
+def test_show_on_a_damaged_plan_table_is_one_line(tmp_path):
+    import pyarrow.parquet as pq
+
+    out = tmp_path / "plan"
+    assert CliRunner().invoke(app, ["plan", "--n", "1", "--profile", "smoke", "--out", str(out)]).exit_code == 0
+    persona_id = pq.read_table(out / "personas.parquet").column("persona_id")[0].as_py()
+    events = out / "events.parquet"
+    events.write_bytes(events.read_bytes()[: events.stat().st_size // 2])
+    one_error_line(CliRunner().invoke(app, ["show", persona_id, "--plan", str(out)]), 2, "damaged")
