@@ -114,7 +114,7 @@ def persona_job(seed: PersonaSeed, spec: RunSpec) -> JobResult:
     key = fingerprint(spec, name)
     cached = spec.checkpoints.load(seed, key)
     if cached is not None:
-        return JobResult(result=cached, usage=cached.usage, from_checkpoint=True)
+        return JobResult(result=cached, usage=UsageSummary(), from_checkpoint=True)
     llm = LLM(spec.llm, cache=LLMCache(spec.llm.cache_path, tag=persona_tag(seed, name)))
     made = make_persona(seed, spec, llm)
     usage = llm.usage_summary()
@@ -142,8 +142,8 @@ def reuse_checkpoints(seeds: list[PersonaSeed], spec: RunSpec) -> dict[int, JobR
     found = {}
     for seed in seeds:
         result = spec.checkpoints.load(seed, key)
-        if result is not None:  # its calls and cost are those that made it, kept in the checkpoint
-            found[seed.index] = JobResult(result=result, usage=result.usage, from_checkpoint=True)
+        if result is not None:
+            found[seed.index] = JobResult(result=result, usage=UsageSummary(), from_checkpoint=True)
     return found
 
 
@@ -205,7 +205,12 @@ def run_summary(jobs: list[JobResult], filler: list[SessionWithTurns], filler_dr
     usage = UsageSummary()
     for part in [job.usage for job in jobs] + filler_usage:
         usage.merge(part)
+    reused = UsageSummary()  # the calls that made the personas this run took from their checkpoints
+    for job in jobs:
+        if job.from_checkpoint:
+            reused.merge(job.result.usage)
     stats = {"personas_from_checkpoint": sum(j.from_checkpoint for j in jobs),
+             "checkpoint_usage": reused.total.model_dump(mode="json"),
              "filler_sessions": len(filler), "filler_dropped": filler_dropped, **filler_sources(filler),
              "query_stats": [j.result.query_stats for j in jobs]}
     return usage, stats
