@@ -16,7 +16,7 @@ from prefect.utilities.annotations import quote
 
 from flows.progress import current_reporter
 from flows.server import start_temporary_server
-from pipeline.errors import UserError
+from pipeline.errors import UserError, redact
 from pipeline.llm.errors import ConfigError
 from pipeline.llm.limits import Runtime
 from pipeline.run.cluster import DaskSettings, open_pool, remote_personas
@@ -169,7 +169,7 @@ def _notify(text: str) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    text = redact(str(exc)).strip().splitlines()  # it goes into the manifest and the error line
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 
