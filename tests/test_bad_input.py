@@ -362,3 +362,19 @@ def test_show_on_a_damaged_plan_table_is_one_line(tmp_path):
     events = out / "events.parquet"
     events.write_bytes(events.read_bytes()[: events.stat().st_size // 2])
     one_error_line(CliRunner().invoke(app, ["show", persona_id, "--plan", str(out)]), 2, "damaged")
+
+
+def test_a_dead_prefect_api_url_is_one_line_before_the_run(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PREFECT_API_URL": f"http://127.0.0.1:{closed_port()}/api",
+           "PREFECT_HOME": str(tmp_path / "prefect")}
+    done = subprocess.run([sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "1",
+                           "--llm", "fake", "--outputs", str(tmp_path / "out"),
+                           "--cache", str(tmp_path / "cache" / "llm.sqlite")],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1 and "PREFECT_API_URL" in lines[0], done.stderr[-2000:]
+    assert "cannot reach the Prefect API" in lines[0] and not list((tmp_path / "out").rglob("v0*"))

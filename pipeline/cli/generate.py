@@ -148,7 +148,7 @@ def generate(
         workers = workers or default_workers(settings, runner)
         estimate = estimate_run(config, gateway, workers=workers)
         check_budgets(config, estimate)
-        if estimate.eta_s and _starts_prefect_server():
+        if _starts_prefect_server() and estimate.eta_s:
             estimate.eta_s += PREFECT_START_S
     except (UserError, LLMError) as exc:
         _drop_empty_cache(gateway, cache, created)
@@ -184,9 +184,14 @@ def _quiet_prefect() -> None:
 
 
 def _starts_prefect_server() -> bool:
+    """Whether the run starts Prefect's temporary server; a configured PREFECT_API_URL that does not answer
+    is a one-line UserError here, before the run's calls."""
     _quiet_prefect()
-    from flows.server import uses_temporary_server
+    from flows.server import api_problem, uses_temporary_server
 
+    problem = api_problem()
+    if problem:
+        raise UserError(problem)
     return uses_temporary_server()
 
 
