@@ -238,7 +238,7 @@ def check_unanswered(spec: RunSpec, usage: UsageSummary) -> None:
                     reverse=True)
     where = ", ".join(f"{s} {n}" for n, s in stages[:4])
     cause = ("no cached reply (--cache-only)" if spec.llm.cache_only
-             else "the server did not answer (transport failures or server errors)")
+             else "the server did not answer (transport failures or server errors) or a reply could not be stored")
     raise RunFailed(f"{total.transport_failures} of {total.calls} model calls got no answer: {cause} ({where}; "
                     f"allowed {spec.llm.max_failed_share:.0%}, llm.max_failed_share); nothing published; every "
                     "answered call is cached: rerun the same command to resume")
