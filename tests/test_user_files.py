@@ -182,3 +182,11 @@ def test_generate_leaves_a_users_file_in_outputs_alone_and_refuses_outputs_that_
     file.write_text(THESIS, encoding="utf-8")
     refused(run("generate", "--n", "1", "--profile", "smoke", "--llm", "fake", "--outputs", file), "Not a directory")
     assert file.read_text(encoding="utf-8") == THESIS
+
+
+def test_a_folder_of_table_files_alone_written_before_the_marker_is_replaced(tmp_path):
+    out = tmp_path / "plan"
+    assert run("plan", "--n", "1", "--profile", "smoke", "--out", out).exit_code == 0
+    (out / OUT_MARKER).unlink()  # as an older version left it
+    assert run("plan", "--n", "1", "--profile", "smoke", "--out", out).exit_code == 0
+    assert (out / OUT_MARKER).is_file()

@@ -133,6 +133,12 @@ def check_out_folder(target: Path, *, option: str = "--out", ours: set[str] = fr
                           "was changed")
 
 
+def check_tables_folder(target: Path) -> None:
+    """:func:`check_out_folder` for a folder of tables (`plan`, `text`, `queries`): table files alone, as
+    versions before the marker wrote them, count as ours too."""
+    check_out_folder(target, ours={f"{name}.parquet" for name in TABLES})
+
+
 def write_marker(folder: Path, files: set[str] | list[str], *, keep: bool = False) -> None:
     """List ``files`` (with those listed before when ``keep``) in ``folder``'s marker, atomically."""
     names = set(files) | ((_marker_files(folder) or set()) if keep else set())
@@ -203,14 +209,15 @@ def sweep(folder: Path, prefixes: tuple[str, ...] = ("",)) -> list[str]:
 
 def write_tables(target: Path, tables: dict[str, list[BaseModel]]) -> dict[str, int]:
     """Write several tables into ``target`` as one unit: all of them, or (on any error) none. ``target`` must
-    be new, empty or an earlier output of this kind (:func:`check_out_folder`): nothing else is replaced."""
-    check_out_folder(target)
+    be new, empty or an earlier output of this kind (:func:`check_out_folder`; a folder of table files alone,
+    as older versions wrote without a marker, counts): nothing else is replaced."""
+    check_tables_folder(target)
     sweep(target.parent, (f".staging-{target.name}-", f".trash-{target.name}-"))
     staging = make_staging(target.parent, target.name)
     try:
         counts = {name: write_table(staging, name, rows).num_rows for name, rows in tables.items()}
         write_marker(staging, [f"{name}.parquet" for name in tables])
-        check_out_folder(target)  # again, just before the swap: the folder may have changed meanwhile
+        check_tables_folder(target)  # again, just before the swap: it may have changed meanwhile
         replace_dir(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
