@@ -16,7 +16,7 @@ from prefect.utilities.annotations import quote
 
 from flows.progress import current_reporter
 from flows.server import start_temporary_server
-from pipeline.errors import UserError
+from pipeline.errors import UserError, redact
 from pipeline.llm.errors import ConfigError
 from pipeline.llm.limits import Runtime
 from pipeline.run.cluster import DaskSettings, open_pool, remote_personas
@@ -24,6 +24,7 @@ from pipeline.run.jobs import (
     JobResult,
     RunSpec,
     check_failures,
+    check_unanswered,
     complete_filler,
     default_workers,
     filler_inputs,
@@ -94,6 +95,7 @@ def _generate_benchmark(spec: RunSpec, dask: DaskSettings | None) -> str:
     items, own = filler_inputs(results)
     filler, filler_dropped, top_up_usage = filler_top_up_task(quote(spec), quote(filler), quote(items), quote(own))
     usage, stats = run_summary(jobs, filler, filler_dropped, [filler_usage, top_up_usage])
+    check_unanswered(spec, usage)  # before the publish task: one line, and nothing published
     if shipped:
         stats["dask"] = shipped
     path = str(publish_task(quote(spec), quote(results), quote(filler), usage=quote(usage),
@@ -167,7 +169,7 @@ def _notify(text: str) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    text = redact(str(exc)).strip().splitlines()  # it goes into the manifest and the error line
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:500]
 
 

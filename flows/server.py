@@ -94,6 +94,24 @@ def own_group_server() -> type:
                 super().stop()
 
     return OwnGroupServer
+def api_problem(timeout_s: float = 5.0) -> str | None:
+    """Why the configured PREFECT_API_URL cannot take a flow run (one line), or None (it answers, or no URL is
+    set and a temporary server will be started)."""
+    import httpx
+    from prefect.settings import PREFECT_API_URL
+
+    url = PREFECT_API_URL.value()
+    if not url:
+        return None
+    try:
+        reply = httpx.get(f"{url.rstrip('/')}/health", timeout=timeout_s)
+    except (httpx.HTTPError, ValueError) as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return f"PREFECT_API_URL {url}: cannot reach the Prefect API ({reason}); start it, or unset PREFECT_API_URL " \
+               "to use a temporary server"
+    if reply.status_code >= 400:
+        return f"PREFECT_API_URL {url}: the Prefect API answered HTTP {reply.status_code} at /health"
+    return None
 
 
 def start_temporary_server() -> int | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -33,11 +33,15 @@ class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+# Simulated time stays far from datetime's end (year 9999): events and sessions fall after the last period.
+CALENDAR_END = datetime(9000, 1, 1)
+
+
 class Period(Strict):
     """A snapshot at which conversations happen, ``offset_days`` after the run's start date."""
 
     name: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_+\-]+$")
-    offset_days: int = Field(ge=0)
+    offset_days: int = Field(ge=0, le=36_500)  # at most a century after the start date
 
 
 DEFAULT_PERIODS = [
@@ -59,6 +63,8 @@ class PersonaSettings(Strict):
     def _path_for_personahub(self) -> PersonaSettings:
         if self.source == "personahub" and not self.personahub_path:
             raise ValueError("personas.personahub_path is required when personas.source is 'personahub'")
+        if self.personahub_path and "\0" in self.personahub_path:
+            raise ValueError("personas.personahub_path: holds a NUL character")
         return self
 
 
@@ -230,4 +236,7 @@ class RunConfig(Strict):
         offsets = [p.offset_days for p in self.periods]
         if offsets != sorted(set(offsets)):
             raise ValueError("periods: offset_days must be strictly increasing")
+        if self.start_date.year > CALENDAR_END.year - 200 or self.start_date + timedelta(days=max(offsets)) > CALENDAR_END:
+            raise ValueError(f"start_date: {self.start_date:%Y-%m-%d} with periods up to {max(offsets):,} days later "
+                             f"runs past {CALENDAR_END:%Y}; use a start date before {CALENDAR_END.year - 200}")
         return self

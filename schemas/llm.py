@@ -41,6 +41,14 @@ class LLMSettings(BaseModel):
     rpm: int | None = Field(default=None, ge=1, description="Requests per minute budget per backend.")
     tpm: int | None = Field(default=None, ge=1, description="Tokens per minute budget per backend.")
     max_retries: int = Field(default=5, ge=0, description="Transport retries (429, 5xx, timeouts).")
+    max_retry_after_s: float = Field(default=60.0, ge=0, description="Longest wait a 429's Retry-After may ask "
+                                     "for (a longer one is cut to this, and every wait of 5 s or more is said).")
+    call_timeout_s: float = Field(default=300.0, gt=0, description="Bound of one whole call, its retries and "
+                                  "waits included (the embedded model has none: its token cap bounds a call).")
+    connect_timeout_s: float = Field(default=10.0, gt=0, description="Seconds to open a connection to the server.")
+    max_failed_share: float = Field(default=0.05, ge=0, le=1, description="Largest share of a run's calls that "
+                                    "may go unanswered (transport failures, server errors, cache-only misses; not "
+                                    "replies the checks rejected) before the run fails closed and publishes nothing.")
     reask: int = Field(default=2, ge=0, description="Re-asks that feed a validation error back.")
     backoff_s: float = Field(default=0.5, ge=0, description="First retry delay; doubles, with jitter.")
     backoff_max_s: float = Field(default=30.0, ge=0)
@@ -63,6 +71,7 @@ class TokenCount(BaseModel):
     retries: int = 0
     reasks: int = 0
     failures: int = 0
+    transport_failures: int = 0  # of the failures, calls the model never answered (transport, server, cache-only miss)
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0

@@ -153,3 +153,19 @@ def test_card_has_the_glossary_and_how_each_harness_counts_a_budget(card):
     exports = text.split("## Exports and the harnesses that read them")[1].split("\n## ")[0]
     assert "126,200 at 128k" in exports and "inference_standalone_openai.py" in exports
     assert "run_generation.py" in exports and "personagen eval . " in exports
+def test_a_version_rebuilt_from_checkpoints_reports_the_calls_that_made_it(tmp_path):
+    import json
+
+    from tests.support.smoke import publish_smoke
+
+    first = publish_smoke(tmp_path)
+    again = publish_smoke(tmp_path)  # every persona from its checkpoint: no call made
+    made = json.loads((first / "manifest.json").read_text())["usage"]["total"]
+    rebuilt = json.loads((again / "manifest.json").read_text())
+    assert made["calls"] > 0 and rebuilt["usage"]["total"]["backend_calls"] == 0  # this run's own calls
+    assert rebuilt["stats"]["checkpoint_usage"]["calls"] == made["calls"]
+    card = (again / "README.md").read_text(encoding="utf-8")
+    personas = rebuilt["stats"]["personas_from_checkpoint"]
+    assert personas >= 1
+    assert (f"| LLM calls that made the {personas} personas reused from checkpoints (cache hits) | "
+            f"{made['calls']} ({made['cache_hits']}) |") in card

@@ -141,7 +141,8 @@ def test_results_sit_next_to_the_version_and_leave_its_tables_untouched(tmp_path
     manifest = json.loads((version / "manifest.json").read_text())
     run = run_eval(version, llm=make_llm(tmp_path, "correct"), settings=EvalSettings(budget=2000, limit=4))
     assert run.path.name == "mcq-fake-fake-answer-correct-2k"
-    assert sorted(p.name for p in run.path.iterdir()) == ["results.parquet", "summary.json", "summary.md"]
+    assert sorted(p.name for p in run.path.iterdir()) == [".personagen-out", "results.parquet", "summary.json",
+                                                          "summary.md"]
     table = pq.read_table(run.path / "results.parquet")
     assert table.num_rows == 4 and set(table["budget_tokens"].to_pylist()) == {2000}
     for column in ("persona_id", "query_id", "type", "topic", "distance_bucket", "prediction", "parsed_letter",

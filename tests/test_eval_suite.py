@@ -94,7 +94,7 @@ def test_a_suite_writes_one_table_with_the_references_the_modes_and_the_gap(tmp_
     run = run_suite(version, llm=llm, settings=EvalSettings(limit=12), name="suite")
     s = run.summary
     assert run.path == version / "evals" / "suite" and s.modes == list(SUITE_MODES) and s.n_items == 12
-    assert sorted(p.name for p in run.path.iterdir()) == ["references.parquet", "results.parquet", "summary.json",
+    assert sorted(p.name for p in run.path.iterdir()) == [".personagen-out", "references.parquet", "results.parquet", "summary.json",
                                                           "summary.md"]
     results = pq.read_table(run.path / "results.parquet").to_pylist()
     sent = [json.dumps(r.messages) for r in llm.backend.requests]

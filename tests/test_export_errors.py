@@ -113,3 +113,22 @@ def test_out_is_a_read_only_folder(smoke, tmp_path):
     finally:
         _unlock(locked)
     assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["../../../etc/hostname", "/etc/hostname", "sub/queries.parquet", ".."])
+def test_a_manifest_entry_pointing_outside_the_version_is_damage(smoke, tmp_path, name):
+    """A manifest that lists a file outside the version (its checksum matching or not) never passes."""
+    import hashlib
+
+    version = copy_version(smoke, tmp_path)
+    outside = (version / name) if not name.startswith("/") else Path(name)
+    entry = {"rows": None, "bytes": 0, "sha256": hashlib.sha256(b"").hexdigest()}
+    if outside.is_file():
+        data = outside.read_bytes()
+        entry = {"rows": None, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+    manifest = version / "manifest.json"
+    body = json.loads(manifest.read_text())
+    manifest.write_text(json.dumps({**body, "files": {**body["files"], name: entry}}))
+    with pytest.raises(DamagedDataset, match="not a file of this version"):
+        verify(version)
+    one_line_error(CliRunner().invoke(app, ["inspect", str(version)]), "manifest.json: damaged", name)

@@ -138,7 +138,7 @@ def test_dates_use_english_weekdays_and_budget_selects_one_file(smoke, tmp_path)
     assert lme_date(datetime(2023, 5, 30, 23, 40)) == "2023/05/30 (Tue) 23:40"
     result = CliRunner().invoke(app, ["export", "longmemeval", str(smoke), "--out", str(tmp_path), "--budget", "1500"])
     assert result.exit_code == 0, result.output
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "longmemeval_1500.json"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name != ".personagen-out") == ["README.md", "longmemeval_1500.json"]
     result = CliRunner().invoke(app, ["export", "longmemeval", str(smoke), "--out", str(tmp_path), "--budget", "3k"])
     assert result.exit_code == 2 and "--budget 3,000" in result.output and "budgets: 1,500, 2,000" in result.output
 

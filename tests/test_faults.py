@@ -390,3 +390,197 @@ def test_two_runs_with_keep_do_not_prune_each_others_new_version(tmp_path):
     assert names in (["v0002"], ["v0001", "v0002"]) and os.readlink(dataset / "latest") == "v0002"
     for name in names:
         assert_valid(dataset / name)
+
+
+def unanswered_spec(root: Path, llm: str, **llm_updates) -> RunSpec:
+    """A one-persona smoke run whose calls get one try and no backoff."""
+    spec = spec_for(root, llm, n=1)
+    return spec.model_copy(update={"llm": spec.llm.model_copy(update={"max_retries": 0, "backoff_s": 0,
+                                                                      **llm_updates})})
+
+
+def test_gateway_counts_transport_failures_apart_from_content_rejections(tmp_path):
+    from pipeline.llm import LLM, CallFailed
+    from pipeline.specs import ALL_SPECS
+    from schemas.llm import PingContext
+
+    spec, context = ALL_SPECS["gateway.ping"], PingContext(persona="a nurse", topic="books")
+    for backend, transport in (("fake?malformed_json=1.0", 0), ("fake?server_error=1.0", 1)):
+        llm = LLM(LLMSettings(llm=backend, cache_path=tmp_path / f"{transport}.sqlite", max_retries=0, reask=0,
+                              backoff_s=0))
+        with pytest.raises(CallFailed):
+            llm.generate(spec, context)
+        total = llm.usage_summary().total
+        assert (total.failures, total.transport_failures) == (1, transport), backend
+        llm.close()
+    llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "empty.sqlite", cache_only=True))
+    with pytest.raises(CallFailed.__mro__[1]):  # CacheMiss is an LLMError
+        llm.generate(spec, context)
+    assert llm.usage_summary().total.transport_failures == 1  # a cache-only miss is an unanswered call
+    llm.close()
+
+
+def test_a_server_failing_calls_fails_closed_publishes_nothing_and_a_rerun_resumes(harness, tmp_path):
+    from flows.generate import run_generate
+    from pipeline.run.jobs import RunFailed
+
+    with pytest.raises(RunFailed) as failed:
+        run_generate(unanswered_spec(tmp_path, "fake?server_error=0.3"), workers=2)
+    line = str(failed.value)
+    assert "model calls got no answer" in line and "nothing published" in line and "rerun" in line
+    assert "\n" not in line
+    assert not list((tmp_path / "out").glob("*/v0*")) and not list((tmp_path / "out").glob("*/latest"))
+    assert not list((tmp_path / "cache" / "personas").rglob("*.json"))  # no persona checkpointed: all asked again
+    assert any(status == "ok" for _, status in cache_rows(tmp_path / "cache" / "llm.sqlite"))
+    version = run_generate(unanswered_spec(tmp_path, "fake"), workers=2)
+    usage = manifest(version)["usage"]["total"]
+    # the answered calls are not asked again (those after a failed one differ: code text stood in before them)
+    assert usage["transport_failures"] == 0 and usage["cache_hits"] > 0
+
+
+def test_a_few_unanswered_calls_publish_and_the_card_says_how_many(harness, tmp_path):
+    from flows.generate import run_generate
+
+    version = run_generate(unanswered_spec(tmp_path, "fake?server_error=0.3", max_failed_share=1.0), workers=2)
+    usage = manifest(version)["usage"]["total"]
+    assert usage["transport_failures"] > 0
+    card = (version / "README.md").read_text(encoding="utf-8")
+    assert f"| {usage['transport_failures']} of {usage['calls']} |" in card
+
+
+def test_cache_only_on_another_seeds_cache_fails_closed(harness, tmp_path):
+    from flows.generate import run_generate
+    from pipeline.run.jobs import RunFailed
+
+    with pytest.raises(RunFailed, match=r"no cached reply \(--cache-only\)"):
+        run_generate(unanswered_spec(tmp_path, "fake", cache_only=True), workers=2)
+    assert not list((tmp_path / "out").glob("*/v0*"))
+
+
+def test_a_loopback_server_dying_after_4_calls_fails_closed(harness, tmp_path, monkeypatch):
+    """`ok*4,503`: the OpenAI path, every chat request after the fourth answered HTTP 500."""
+    from flows.generate import run_generate
+    from pipeline.run.jobs import RunFailed
+    from tests.support.openai_server import OpenAIServer
+
+    with OpenAIServer() as server:
+        for index in range(4, 3000):
+            server.schedule(index, "server_error")
+        monkeypatch.setenv("OPENAI_API_KEY", "sk-test-loopback")
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        with pytest.raises(RunFailed, match="model calls got no answer: the server did not answer"):
+            run_generate(unanswered_spec(tmp_path, "openai:test-model", max_retries=1), workers=2)
+        assert server.requests > 4
+    assert not list((tmp_path / "out").glob("*/v0*"))
+
+
+def test_ctrl_c_right_after_the_rename_says_the_version_is_complete(tmp_path, monkeypatch):
+    """Interrupted after the version was renamed into place (before `latest` moved): not "rerun to continue"."""
+    import flows.generate
+    import pipeline.dataset.publishing as publishing
+    from tests.support.smoke import publish_smoke
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(publishing, "_point_latest", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        publish_smoke(tmp_path / "real")
+    version = publishing.PUBLISHED[-1]
+    assert version.name == "v0001" and (version / "manifest.json").is_file()
+
+    def publish_then_interrupt(spec, **kwargs):
+        publishing.PUBLISHED.append(version)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(flows.generate, "run_generate", publish_then_interrupt)
+    result = run_cli(tmp_path)
+    assert result.exit_code == 130 and result.stderr.strip().splitlines() == [
+        f"error: interrupted after publishing {version} (the version is complete; a rerun would publish another)"]
+
+
+def test_the_load_commands_run_as_printed_when_the_path_holds_quotes_and_spaces(tmp_path):
+    """Every printed "Load it with" line runs in a shell as printed, for a path with a space and both quotes."""
+    import shlex
+
+    from pipeline.cli.generate import load_commands
+    from tests.support.smoke import publish_smoke
+
+    version = publish_smoke(tmp_path / "it's a \"quoted\" dir")
+    lines = [line.strip() for line in load_commands(version).splitlines()[1:]]
+    assert len(lines) == 3
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for line in lines:
+        assert line.startswith((f"{shlex.quote(sys.executable)} -c ", "personagen export "))  # personagen's python
+        line = line.replace("personagen export", f"{shlex.quote(sys.executable)} -m pipeline.cli export", 1)
+        done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
+        assert done.returncode == 0, (line, done.stderr[-2000:])
+    assert (version.parent / "personamem_format").is_dir()
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    done = subprocess.run(["true"], check=True)
+    del done
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_leftovers_of_killed_runs_are_swept_at_the_next_start_and_live_ones_kept(tmp_path, monkeypatch):
+    import pipeline.run.estimate
+
+    pid = dead_pid()
+    dataset, personas = tmp_path / "out" / "smoke", tmp_path / "cache" / "personas"
+    dead = [dataset / f".staging-publish-{pid}-deadbeef", dataset / ".trash-v0001-0123abcd"]
+    live = dataset / ".staging-publish-1-cafebabe"  # pid 1 is always running
+    for folder in (*dead, live):
+        folder.mkdir(parents=True)
+        (folder / "turns.parquet").write_bytes(b"x" * 100)
+    personas.mkdir(parents=True)
+    stale = personas / f"abc.{pid}-0123abcd.tmp"
+    stale.write_bytes(b"")
+    target = planted_folder = tmp_path / "a user's folder"
+    planted_folder.mkdir()
+    (planted_folder / "thesis.txt").write_text("mine")
+    (dataset / ".trash-v0002-89abcdef").symlink_to(target)  # a link moved aside: removed, never followed
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline.run.estimate, "estimate_run", interrupt)
+    result = run_cli(tmp_path)
+    assert result.exit_code == 130, result.output
+    assert not any(p.exists() for p in dead) and not stale.exists() and live.is_dir()
+    assert not (dataset / ".trash-v0002-89abcdef").is_symlink() and (target / "thesis.txt").read_text() == "mine"
+
+
+def test_an_interrupted_plan_leaves_no_empty_cache(tmp_path, monkeypatch):
+    import pipeline.run.estimate
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline.run.estimate, "estimate_run", interrupt)
+    assert run_cli(tmp_path).exit_code == 130
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_killed_exports_temporary_file_is_swept_and_a_full_disk_leaves_no_checkpoint_tmp(tmp_path, monkeypatch):
+    from pipeline.dataset.files import write_jsonl
+    from pipeline.run.checkpoint import Checkpoints
+
+    stale = tmp_path / f".all.jsonl.{dead_pid()}-0123abcd.tmp"
+    stale.write_bytes(b"x" * 1000)
+    other = tmp_path / ".notes.txt.12-0123abcd.tmp"  # not this export's: left alone
+    other.write_bytes(b"")
+    write_jsonl(tmp_path / "all.jsonl", [{"a": 1}])
+    assert not stale.exists() and other.exists()
+
+    def full(self, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    with pytest.raises(OSError):
+        Checkpoints._write(tmp_path / "ck" / "p.json", "{}")
+    assert list((tmp_path / "ck").iterdir()) == []

@@ -298,3 +298,60 @@ def test_a_waiter_whose_call_is_cancelled_asks_itself(tmp_path):
 
     assert isinstance(llm.runtime.run(first_cancelled()), TopicNote)
     assert backend.calls == 2
+
+
+def test_a_day_long_retry_after_is_capped_and_said(tmp_path, monkeypatch):
+    import pipeline.llm.gateway as gateway
+    from pipeline.llm import listen_notices
+    from pipeline.llm.limits import Throttle
+
+    paused: list[float] = []
+    original = Throttle.pause
+    monkeypatch.setattr(Throttle, "pause", lambda self, s: (paused.append(s), original(self, s))[1])
+    monkeypatch.setattr(gateway, "NOTICE_WAIT_S", 0.01)
+    said: list[str] = []
+    stop = listen_notices(said.append)
+    try:
+        llm, backend = fake_llm(tmp_path, "rate_limit=@0", max_retry_after_s=0.05)
+        backend.plan.faults[0].retry_after_s = 86400
+        llm.generate(SPEC, ADA)
+    finally:
+        stop()
+    assert paused == [0.05] and backend.calls == 2
+    assert len(said) == 1 and "HTTP 429" in said[0] and "86400" in said[0] and "max_retry_after_s" in said[0]
+
+
+def test_a_whole_call_is_bounded_not_only_each_try(tmp_path):
+    llm, backend = fake_llm(tmp_path, "timeout=1.0", timeout_s=0.05, call_timeout_s=0.2, max_retries=100,
+                            backoff_s=0)
+    with pytest.raises(CallFailed, match=r"no answer within llm.call_timeout_s \(0.2 s\)"):
+        llm.generate(SPEC, ADA)
+    assert 1 <= backend.calls < 100  # stopped by the call's bound, long before its tries ran out
+
+
+def test_the_openai_client_bounds_the_connect_apart(monkeypatch):
+    from pipeline.llm.openai import OpenAIBackend
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    chat = OpenAIBackend("m", LLMSettings(timeout_s=30, connect_timeout_s=3)).chat
+    assert chat.request_timeout.connect == 3 and chat.request_timeout.read == 30
+
+
+def test_a_reask_echoes_an_overlong_reply_cut_to_the_token_cap(tmp_path):
+    """A server that ignores max_tokens: the re-ask shows at most the cap's worth of the rejected reply."""
+    from pipeline.llm.backends import BackendReply
+
+    llm, backend = fake_llm(tmp_path, max_tokens=100)
+    sent = []
+    original = backend.complete
+
+    async def overlong_first(request):
+        sent.append(request)
+        if len(sent) == 1:
+            return BackendReply(text="{" + "x" * 1_000_000, finish_reason="stop")
+        return await original(request)
+
+    backend.complete = overlong_first
+    assert isinstance(llm.generate(SPEC, ADA), TopicNote)
+    echoed = [m["content"] for m in sent[1].messages if m["role"] == "assistant"]
+    assert len(echoed) == 1 and len(echoed[0]) < 500 and "more characters cut" in echoed[0]

@@ -114,3 +114,102 @@ def _run_cli(tmp: Path, env: dict, umask: int) -> int:
     args = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "1", "--workers", "2",
             "--llm", "openai:test-model", "--outputs", str(tmp / "out"), "--cache", str(tmp / "cache" / "llm.sqlite")]
     return run_in_group(args, tmp / "run.log", env=env, preexec_fn=lambda: os.umask(umask))
+
+
+class EchoingServer:
+    """The loopback server, answering chat requests with ``status`` and an error that quotes the request's
+    Authorization header (as some servers and proxies do); /models answers normally."""
+
+    def __new__(cls, status: int, **kwargs):
+        from tests.support.openai_server import OpenAIServer
+
+        class Echo(OpenAIServer):
+            async def _route(self, method, path, headers, body):
+                if method == "POST" and path.rstrip("/").endswith("/chat/completions"):
+                    self.requests += 1
+                    said = f"Incorrect API key provided: {headers.get('authorization')}"
+                    return status, {"error": {"message": said, "type": "invalid_request_error"}}, {}
+                return await super()._route(method, path, headers, body)
+
+        return Echo(**kwargs)
+
+
+def _everything(result, *folders: Path) -> str:
+    """What a command printed and every file under ``folders`` (the cache's SQLite included), as text."""
+    parts = [result.stdout, result.stderr]
+    for folder in folders:
+        parts += [p.read_bytes().decode("utf-8", "replace") for p in folder.rglob("*") if p.is_file()]
+    return "\n".join(parts)
+
+
+def _cli(tmp: Path, command: str, env: dict):
+    from typer.testing import CliRunner
+
+    from pipeline.cli.app import app
+
+    args = [command, "--profile", "smoke", "--n", "1", "--llm", "openai:test-model",
+            "--cache", str(tmp / "cache" / "llm.sqlite")]
+    args += ["--outputs", str(tmp / "out"), "--workers", "1"] if command == "generate" else ["--out", str(tmp / "out")]
+    return CliRunner().invoke(app, args, env=env)
+
+
+@pytest.mark.parametrize("key", [f"{PLANTED_KEY}\n", f"{PLANTED_KEY} ", f"{PLANTED_KEY}é", f"\t{PLANTED_KEY}"])
+def test_a_key_of_the_wrong_form_is_one_line_naming_the_variable_never_the_value(tmp_path, key):
+    from tests.support.openai_server import OpenAIServer
+
+    with OpenAIServer() as server:
+        result = _cli(tmp_path, "generate", {"OPENAI_API_KEY": key, "OPENAI_BASE_URL": server.base_url})
+        assert server.requests == 0
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and "OPENAI_API_KEY" in lines[0], result.output
+    assert "Traceback" not in result.output
+    assert PLANTED_KEY not in _everything(result, tmp_path)
+
+
+def test_a_key_is_never_printed_when_the_server_is_down(tmp_path):
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    result = _cli(tmp_path, "generate", {"OPENAI_API_KEY": PLANTED_KEY, "OPENAI_BASE_URL": f"http://127.0.0.1:{port}/v1"})
+    assert result.exit_code == 2 and "cannot reach" in result.stderr, result.output
+    assert PLANTED_KEY not in _everything(result, tmp_path)
+
+
+def test_a_401_that_quotes_the_key_is_redacted_from_output_and_cache(tmp_path):
+    with EchoingServer(401) as server:
+        result = _cli(tmp_path, "text", {"OPENAI_API_KEY": PLANTED_KEY, "OPENAI_BASE_URL": server.base_url})
+        assert server.requests > 0
+    assert (tmp_path / "cache" / "llm.sqlite").exists()
+    everything = _everything(result, tmp_path)
+    assert PLANTED_KEY not in everything and "Bearer sk-" not in everything
+    assert "[redacted]" in everything
+
+
+@pytest.mark.parametrize("status", [500, 400])
+def test_a_server_error_that_quotes_the_key_is_redacted_from_the_error_and_the_cache(tmp_path, monkeypatch, status):
+    from pipeline.llm import LLM
+    from pipeline.llm.errors import LLMError
+
+    monkeypatch.setenv("OPENAI_API_KEY", PLANTED_KEY)
+    cache = tmp_path / "cache" / "llm.sqlite"
+    with EchoingServer(status) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        llm = LLM(LLMSettings(llm="openai:test-model", cache_path=cache, max_retries=1, backoff_s=0))
+        with pytest.raises(LLMError) as failed:
+            llm.chat([{"role": "user", "content": "hi"}])
+        llm.close()
+        assert server.requests > 0
+    assert PLANTED_KEY not in str(failed.value)
+    assert PLANTED_KEY.encode() not in b"".join(p.read_bytes() for p in cache.parent.iterdir())
+
+
+def test_redact_covers_the_key_its_escapes_sk_tokens_and_bearer_headers(monkeypatch):
+    from pipeline.errors import redact
+
+    monkeypatch.setenv("OPENAI_API_KEY", f"{PLANTED_KEY}\n")
+    text = redact(f"Illegal header value b'Bearer {PLANTED_KEY}\\n'; key {PLANTED_KEY}; other sk-abcdefgh1234; "
+                  "Authorization: Bearer abc.def; task-force stays")
+    assert PLANTED_KEY not in text and "abcdefgh1234" not in text and "abc.def" not in text
+    assert "task-force stays" in text

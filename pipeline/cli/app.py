@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from pipeline.cli.audit import audit
+from pipeline.cli.common import interruptible
 from pipeline.cli.dataset import export_app, inspect, prune
 from pipeline.cli.eval import eval_command, report_command
 from pipeline.cli.generate import generate
@@ -14,18 +15,18 @@ from pipeline.cli.stages import plan, show, text
 
 app = typer.Typer(help="Build PersonaMem-style benchmarks for LLM personalization and long-term memory.",
                   no_args_is_help=True, pretty_exceptions_enable=False)
-app.command()(plan)
-app.command()(show)
+app.command()(interruptible(plan))
+app.command()(interruptible(show))
 app.add_typer(export_app, name="export")
-app.command()(inspect)
-app.command()(audit)
-app.command()(prune)
+app.command()(interruptible(inspect))
+app.command()(interruptible(audit))
+app.command()(interruptible(prune))
 app.add_typer(prompts_app, name="prompts")
-app.command()(text)
-app.command()(generate)
-app.command()(queries)
-app.command("eval")(eval_command)
-app.command("report")(report_command)
+app.command()(interruptible(text))
+app.command()(interruptible(generate))
+app.command()(interruptible(queries))
+app.command("eval")(interruptible(eval_command))
+app.command("report")(interruptible(report_command))
 
 
 def main() -> None:

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import functools
 import re
+import signal
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
-from pipeline.errors import UserError
+from pipeline.errors import UserError, redact
 
 console = Console()
 err_console = Console(stderr=True)
@@ -22,9 +27,38 @@ _BUDGET = re.compile(r"^(\d+(?:\.\d+)?)([kKmM]?)$")
 
 
 def fail(message: object, code: int = 2) -> typer.Exit:
-    """Print one error line and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    """Print one error line (secrets redacted) and return the Exit to raise."""
+    err_console.print(f"[bold red]error:[/] {escape(redact(message))}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt so every command stops the same way."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
+def interruptible(command: Callable) -> Callable:
+    """``command`` with SIGTERM raised like Ctrl-C, and either one ending in one line (exit 130 or 143) instead
+    of click's "Aborted!" or a silent death; commands that say more about an interruption catch it themselves."""
+
+    @functools.wraps(command)
+    def run(*args, **kwargs):
+        main = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
+        try:
+            return command(*args, **kwargs)
+        except KeyboardInterrupt as exc:
+            code, what = (143, "terminated (SIGTERM)") if isinstance(exc, Terminated) else (130, "interrupted")
+            raise fail(f"{what}; nothing half-written is left (every file is written whole or not at all)",
+                       code=code) from None
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, previous)
+
+    return run
 
 
 def parse_budget(text: str) -> int:

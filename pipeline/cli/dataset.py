@@ -7,13 +7,14 @@ from typing import Annotated
 
 import typer
 
-from pipeline.cli.common import BudgetOpt, DatasetArg, OutputsOpt, budget_option, console, fail
+from pipeline.cli.common import BudgetOpt, DatasetArg, OutputsOpt, budget_option, console, fail, interruptible
 from pipeline.errors import UserError
 
 export_app = typer.Typer(help="Export a dataset version in formats other tools read unchanged.", no_args_is_help=True)
 
 
 @export_app.command("personamem")
+@interruptible
 def export_personamem(
     dataset: DatasetArg,
     out: Annotated[Path, typer.Option("--out", help="folder for questions_<size>.csv and shared_contexts_<size>.jsonl")],
@@ -32,6 +33,7 @@ def export_personamem(
 
 
 @export_app.command("longmemeval")
+@interruptible
 def export_longmemeval(
     dataset: DatasetArg,
     out: Annotated[Path, typer.Option("--out", help="folder for longmemeval_<size>.json")],
@@ -51,6 +53,7 @@ def export_longmemeval(
 
 
 @export_app.command("jsonl")
+@interruptible
 def export_jsonl(
     dataset: DatasetArg,
     out: Annotated[Path, typer.Option("--out", help="the JSONL file to write")],

@@ -119,9 +119,12 @@ def _run(version: Path, gateway, grader, settings, modes: list[str], *, suite: b
                                  name=name, outputs=outputs, progress=progress)
             return run_eval(version, llm=gateway, settings=settings, name=name, judge=grader, outputs=outputs,
                             progress=progress)
-    except (KeyboardInterrupt, Interrupted):
+    except (KeyboardInterrupt, Interrupted) as exc:
+        from pipeline.cli.common import Terminated
+
         gateway.runtime.stop("eval interrupted")
-        raise fail("interrupted; every finished call is cached: rerun the same command to continue", code=130) from None
+        raise fail("interrupted; every finished call is cached: rerun the same command to continue",
+                   code=143 if isinstance(exc, Terminated) else 130) from None
 
 
 def _gateway(llm: str | None, *, window: int | None, max_tokens: int, temperature: float, concurrency: int,

@@ -20,7 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from pipeline.cli.common import console, fail
+from pipeline.cli.common import Terminated, console, fail
 from pipeline.config import load_config
 from pipeline.errors import UserError
 from schemas.llm import LLMSettings
@@ -124,7 +124,7 @@ def generate(
 ) -> None:
     """Generate a benchmark dataset and publish it as a new version under OUTPUTS/<dataset>/."""
     from pipeline.llm import LLM, LLMError
-    from pipeline.run.estimate import estimate_run
+    from pipeline.run.estimate import check_budgets, estimate_run
     from pipeline.run.jobs import RunSpec, default_workers
 
     if runner not in ("thread", "dask"):
@@ -141,19 +141,22 @@ def generate(
     gateway = None
     try:
         config = load_config(profile, n_personas=n, seed=seed)
-        _preflight(config, outputs)
+        _preflight(config, outputs, cache.parent)
         settings = LLMSettings(llm=llm, cache_path=cache, cache_only=cache_only)
         gateway = LLM(settings)
         gateway.preflight()
         workers = workers or default_workers(settings, runner)
         estimate = estimate_run(config, gateway, workers=workers)
-        if estimate.eta_s and _starts_prefect_server():
+        check_budgets(config, estimate)
+        if _starts_prefect_server() and estimate.eta_s:
             estimate.eta_s += PREFECT_START_S
     except (UserError, LLMError) as exc:
         _drop_empty_cache(gateway, cache, created)
         raise fail(str(exc)) from None
-    except KeyboardInterrupt:  # Ctrl-C while planning: one line, not click's "Aborted!"
-        raise fail("interrupted before the run started; nothing published", code=130) from None
+    except KeyboardInterrupt as exc:  # Ctrl-C (or SIGTERM) while planning: one line, not click's "Aborted!"
+        _drop_empty_cache(gateway, cache, created)
+        raise fail("interrupted before the run started; nothing published",
+                   code=143 if isinstance(exc, Terminated) else 130) from None
     console.print(_plan_table(estimate, config, gateway.name, workers))
     if dry_run:
         _drop_empty_cache(gateway, cache, created)
@@ -163,8 +166,9 @@ def generate(
                 total=config.n_personas, calls=estimate.llm_calls)
     try:
         _summary(path)
-    except KeyboardInterrupt:  # the version is complete; only the summary was cut short
-        raise fail(f"interrupted after publishing {path} (the version is complete)", code=130) from None
+    except KeyboardInterrupt as exc:  # the version is complete; only the summary was cut short
+        raise fail(f"interrupted after publishing {path} (the version is complete)",
+                   code=143 if isinstance(exc, Terminated) else 130) from None
 
 
 # Seconds Prefect's temporary server takes to start and take the flow run (12.4-13.1 s measured on 2 cores,
@@ -180,9 +184,14 @@ def _quiet_prefect() -> None:
 
 
 def _starts_prefect_server() -> bool:
+    """Whether the run starts Prefect's temporary server; a configured PREFECT_API_URL that does not answer
+    is a one-line UserError here, before the run's calls."""
     _quiet_prefect()
-    from flows.server import uses_temporary_server
+    from flows.server import api_problem, uses_temporary_server
 
+    problem = api_problem()
+    if problem:
+        raise UserError(problem)
     return uses_temporary_server()
 
 
@@ -195,24 +204,27 @@ def _drop_empty_cache(gateway, cache: Path, created: list[Path]) -> None:
         gateway.close()
     if cache in created:
         for path in (cache, cache.with_name(cache.name + "-wal"), cache.with_name(cache.name + "-shm")):
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # e.g. --outputs names a file: there is nothing to remove
+                path.unlink(missing_ok=True)
         for folder in created[1:]:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # deepest first, and only while empty
 
 
-def _preflight(config, outputs: Path) -> None:
+def _preflight(config, outputs: Path, cache_folder: Path) -> None:
     """Fail before any model call on what would fail later: a broken template, an unwritable outputs folder."""
     from pipeline.dataset import check_writable
+    from pipeline.dataset.store import sweep
     from pipeline.prompting import preflight_templates
     from pipeline.specs import ALL_SPECS
 
     preflight_templates(ALL_SPECS.values())
-    check_writable(outputs, config.dataset)
+    check_writable(outputs, config.dataset)  # sweeps what killed runs left there
+    sweep(cache_folder / "personas")  # checkpoints' temporary files of killed runs
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C's KeyboardInterrupt."""
+class _Terminated(Terminated):
+    """SIGTERM during the run, raised like Ctrl-C's KeyboardInterrupt."""
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -226,30 +238,36 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, dask_time
 
     from flows.generate import run_generate
     from flows.progress import REPORTER
-    from pipeline.llm import listen
+    from pipeline.dataset.publishing import PUBLISHED
+    from pipeline.llm import listen, listen_notices
     from pipeline.llm.errors import Interrupted
 
     # SIGTERM unwinds like Ctrl-C, so the run stops its model calls and cleans up (Prefect's temporary
     # server included) instead of Python's default of dying on the spot.
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    started = time.perf_counter()
+    started, published_before = time.perf_counter(), len(PUBLISHED)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     try:
         with Progress(*columns, console=console) as progress:
             reporter = RichReporter(progress, total, calls)
             token, unlisten = REPORTER.set(reporter), listen(reporter.call_done)
+            unnotice = listen_notices(reporter.notice)
             try:
                 path = run_generate(spec, runner=runner, workers=workers, dask_address=dask_address,
                                     dask_timeout_s=dask_timeout)
                 reporter.done()
             finally:
                 unlisten()
+                unnotice()
                 REPORTER.reset(token)
     except UserError as exc:
         raise fail(str(exc)) from None
     except (KeyboardInterrupt, Interrupted, TerminationSignal) as exc:
         code = 143 if isinstance(exc, _Terminated | TerminationSignal) else 130
+        if len(PUBLISHED) > published_before:  # the rename happened: the version is whole, a rerun would add one
+            raise fail(f"interrupted after publishing {PUBLISHED[-1]} (the version is complete; a rerun would "
+                       "publish another)", code=code) from None
         saved = ("every finished persona is saved (the calls of those in flight on Dask workers are not)"
                  if runner == "dask" else "every finished model call and persona is saved")
         raise fail(f"interrupted; {saved}: rerun the same command to continue", code=code) from None
@@ -261,8 +279,6 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, dask_time
 
 def _summary(path: Path) -> None:
     import json
-    import shlex
-    import sys
 
     manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8"))
     table = Table(title=f"published {path}")
@@ -271,11 +287,24 @@ def _summary(path: Path) -> None:
     for name, count in manifest["counts"].items():
         table.add_row(name, f"{count:,}")
     console.print(table)
-    python = shlex.quote(sys.executable)  # the interpreter with personagen's packages (the system one may lack them)
-    how = (
-        "Load it with:\n"
-        f"  {python} -c \"from pipeline.dataset import load; d = load('{path}'); print(len(d.queries), 'queries')\"\n"
-        f"  {python} -c \"import duckdb; duckdb.sql(\\\"select type, count(*) from '{path}/queries.parquet' group by type\\\").show()\"\n"
-        f"  personagen export personamem {path} --out {path.parent}/personamem_format"
-    )
-    console.print(how, soft_wrap=True)
+    usage = manifest.get("usage", {}).get("total", {})
+    if usage.get("transport_failures"):
+        console.print(f"{usage['transport_failures']} of {usage.get('calls', 0)} model calls got no answer (within "
+                      "llm.max_failed_share): code-written text stands in for them; a rerun asks them again",
+                      soft_wrap=True, highlight=False)
+    console.print(load_commands(path), soft_wrap=True, highlight=False, markup=False)
+
+
+def load_commands(path: Path) -> str:
+    """The "Load it with" lines, quoted so that they run as printed whatever the path holds (spaces, quotes)."""
+    import sys
+    from shlex import quote
+
+    python = quote(sys.executable)  # the interpreter with personagen's packages (the system one may lack them)
+    table = str(path / "queries.parquet").replace("'", "''")  # a SQL string literal
+    sql = f"select type, count(*) from '{table}' group by type"
+    load = f"from pipeline.dataset import load; d = load({str(path)!r}); print(len(d.queries), 'queries')"
+    return ("Load it with:\n"
+            f"  {python} -c {quote(load)}\n"
+            f"  {python} -c {quote(f'import duckdb; duckdb.sql({sql!r}).show()')}\n"
+            f"  personagen export personamem {quote(str(path))} --out {quote(str(path.parent / 'personamem_format'))}")

@@ -33,7 +33,10 @@ def queries(
 ) -> None:
     """Run the text stages and generate the queries; write the tables and print a report."""
 
+    from pipeline.dataset import check_tables_folder
+
     try:
+        check_tables_folder(out)  # before any model call
         config = load_config(profile, n_personas=n, seed=seed)
         report = run_queries(config, llm=llm, judge=judge, cache=cache, out=out)
     except UserError as exc:

@@ -22,11 +22,12 @@ def plan(
     personahub: Annotated[Path | None, typer.Option(help="PersonaHub JSONL of seed personas")] = None,
 ) -> None:
     """Seed personas and simulate their timelines (no model); write Parquet and print statistics."""
-    from pipeline.dataset import write_tables
+    from pipeline.dataset import check_tables_folder, write_tables
     from pipeline.run.plan import build_plan, plan_stats
 
     started = time.perf_counter()
     try:
+        check_tables_folder(out)
         personas = {"source": "personahub", "personahub_path": str(personahub)} if personahub else None
         config = load_config(profile, n_personas=n, seed=seed, personas=personas)
         result = build_plan(config)
@@ -38,7 +39,10 @@ def plan(
         "events": [e for t in result.timelines for e in t.events],
         "event_edges": [e for t in result.timelines for e in t.edges],
     }
-    counts = write_tables(out, tables)
+    try:
+        counts = write_tables(out, tables)
+    except UserError as exc:
+        raise fail(str(exc)) from None
     elapsed = time.perf_counter() - started
     _print_stats(plan_stats(result.timelines, config.topics), counts, out, elapsed)
 
@@ -82,9 +86,11 @@ def text(
     cache: Annotated[Path, typer.Option(help="LLM response cache")] = Path("outputs/.cache/llm.sqlite"),
 ) -> None:
     """Run the text stages (profile, timeline, narratives, sessions, filler) and write their tables."""
+    from pipeline.dataset import check_tables_folder
     from pipeline.run.text import run_text_stages
 
     try:
+        check_tables_folder(out)  # before any model call
         config = load_config(profile, n_personas=n, seed=seed)
         report = run_text_stages(config, llm=llm, cache=cache, out=out)
     except UserError as exc:

@@ -34,6 +34,8 @@ from pipeline.dataset.store import (
     DatasetNotFound,
     ExportError,
     PublishError,
+    check_out_folder,
+    check_tables_folder,
     make_staging,
     read_table,
     replace_dir,
@@ -44,7 +46,7 @@ from pipeline.dataset.versioning import prune, versions
 
 __all__ = [
     "LATEST", "VERSION", "DamagedDataset", "Dataset", "DatasetNotFound", "ExportError", "PublishError",
-    "check_output_name", "check_writable", "eval_folder", "code_version", "export_folder", "load", "make_staging", "materialize_context", "prune",
+    "check_out_folder", "check_output_name", "check_tables_folder", "check_writable", "eval_folder", "code_version", "export_folder", "load", "make_staging", "materialize_context", "prune",
     "publish", "publish_staged", "read_manifest", "read_staged", "read_table", "replace_dir", "resolve",
     "stage_tables", "validate_staged", "validate_written", "verify", "versions", "write_csv", "write_eval",
     "write_json_list", "write_jsonl", "write_report", "write_table", "write_tables",

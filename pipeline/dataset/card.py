@@ -85,6 +85,14 @@ def _inside(manifest: Manifest) -> str:
     return "## What is inside\n\n" + _table(["table", "rows", "contents"], rows)
 
 
+def _reused_rows(reused: dict, personas: int) -> list[list]:
+    """The calls that made the personas a run took from checkpoints (its own calls exclude them)."""
+    if not personas:
+        return []
+    return [[f"LLM calls that made the {personas} personas reused from checkpoints (cache hits)",
+             f"{reused.get('calls', 0)} ({reused.get('cache_hits', 0)})"]]
+
+
 def _made(manifest: Manifest) -> str:
     usage = manifest.usage.get("total", {}) if isinstance(manifest.usage, dict) else {}
     rows = [
@@ -94,7 +102,10 @@ def _made(manifest: Manifest) -> str:
         ["models", ", ".join(manifest.models) or "none recorded"],
         ["prompt templates", len(manifest.template_fingerprints)],
         ["LLM calls (cache hits)", f"{usage.get('calls', 0)} ({usage.get('cache_hits', 0)})"],
-        ["cost (USD)", f"{usage.get('cost_usd', 0.0):.2f}"],
+        *_reused_rows(manifest.stats.get("checkpoint_usage") or {}, manifest.stats.get("personas_from_checkpoint", 0)),
+        ["cost (USD)", f"{usage.get('cost_usd', 0.0) + (manifest.stats.get('checkpoint_usage') or {}).get('cost_usd', 0.0):.2f}"],
+        ["LLM calls unanswered (code-written text stands in)",
+         f"{usage.get('transport_failures', 0)} of {usage.get('calls', 0)}"],
         ["filler", _filler_source(manifest.stats)],
         ["validation", f"{len(manifest.validation.get('checks', []))} checks, "
                        f"{manifest.validation.get('n_errors', 0)} errors"],

@@ -21,7 +21,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from pipeline.dataset import fit
-from pipeline.dataset.files import export_folder, write_csv, write_jsonl, write_text
+from pipeline.dataset.files import check_export_file, export_folder, write_csv, write_jsonl, write_text
 from pipeline.dataset.fit import letter
 from pipeline.dataset.reading import Dataset
 from pipeline.errors import UserError
@@ -65,9 +65,10 @@ def option_strings(query: Query) -> list[str]:
 
 def export_personamem(ds: Dataset, out: Path) -> list[ExportedFile]:
     """Write ``questions_<size>.csv`` and ``shared_contexts_<size>.jsonl`` for every budget."""
-    export_folder(out)
     files = []
     labels = size_labels({c.budget_tokens for c in ds.contexts})
+    export_folder(out, [f"{kind}_{label}.{ext}" for label in labels.values()
+                        for kind, ext in (("shared_contexts", "jsonl"), ("questions", "csv"))] + ["README.md"])
     for budget, label in sorted(labels.items()):
         contexts = [c for c in ds.contexts if c.budget_tokens == budget]
         shared = out / f"shared_contexts_{label}.jsonl"
@@ -185,7 +186,11 @@ def check_budget(ds: Dataset, budget: int | None) -> None:
 def export_jsonl(ds: Dataset, out: Path, budget: int | None = None) -> ExportedFile:
     """One self-contained record per (query, context): the question, options, answer and its history."""
     check_budget(ds, budget)
-    return ExportedFile(path=out, rows=write_jsonl(out, jsonl_records(ds, budget)))
+    check_export_file(out, JSONL_KEYS)
+    return ExportedFile(path=out, rows=write_jsonl(out, jsonl_records(ds, budget), allow_empty=False))
+
+
+JSONL_KEYS = {"query_id", "context_id", "budget_tokens", "messages"}  # what proves a file is an earlier export
 
 
 def jsonl_records(ds: Dataset, budget: int | None = None) -> Iterator[dict]:

@@ -64,13 +64,15 @@ def export_longmemeval(ds: Dataset, out: Path, budget: int | None = None) -> lis
     """Write ``longmemeval_<size>.json`` for every budget (or only ``budget``) into the folder ``out``."""
     check_budget(ds, budget)
     labels = size_labels({c.budget_tokens for c in ds.contexts})
-    export_folder(out)
+    export_folder(out, [f"longmemeval_{label}.json" for size, label in labels.items() if budget in (None, size)]
+                  + ["README.md"])
     files = []
     for size, label in sorted(labels.items()):
         if budget is None or size == budget:
             contexts = [c for c in ds.contexts if c.budget_tokens == size]
             path = out / f"longmemeval_{label}.json"
-            files.append(ExportedFile(path=path, rows=write_json_list(path, longmemeval_entries(ds, contexts))))
+            files.append(ExportedFile(path=path, rows=write_json_list(path, longmemeval_entries(ds, contexts),
+                                                                         allow_empty=budget is None)))
     readme = out / "README.md"
     files.append(ExportedFile(path=readme, rows=write_text(readme, longmemeval_readme(ds, files))))
     return files

@@ -18,19 +18,26 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import BaseModel
 
-from pipeline.dataset.store import ExportError, _os_reason, make_staging, replace_dir, writable_problem
+from pipeline.dataset.store import (
+    ExportError,
+    _os_reason,
+    check_out_folder,
+    make_staging,
+    replace_dir,
+    sweep,
+    writable_problem,
+    write_marker,
+)
 from pipeline.errors import UserError
 
 
-def export_folder(out: Path) -> Path:
-    """Make sure ``out`` is a folder an export can write into (one line, ExportError, when not)."""
-    if out.exists() and not out.is_dir():
-        raise ExportError(f"--out {out}: is a file; give a folder for the export files")
+def export_folder(out: Path, names: list[str]) -> Path:
+    """Make sure ``out`` is a folder an export may write ``names`` into (one line, ExportError, when not):
+    new, empty, or holding only earlier exports (its marker lists them); ``names`` join the marker first."""
+    check_out_folder(out)
     try:
         out.mkdir(parents=True, exist_ok=True)
-        probe = out / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
-        probe.write_bytes(b"")
-        probe.unlink()
+        write_marker(out, names, keep=True)
     except OSError as exc:
         raise ExportError(f"--out {out}: folder is not writable ({_os_reason(exc)})") from None
     return out
@@ -41,7 +48,8 @@ def _atomic_text(path: Path):
     """A text handle on a temporary sibling that replaces ``path`` only when the block completes."""
     if path.is_dir():
         raise ExportError(f"--out {path}: is a folder; give the file to write")
-    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
+    sweep(path.parent, (f".{path.name}.",))  # a killed export's temporary file
+    tmp = path.parent / f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tmp.open("w", encoding="utf-8", newline="") as fh:
@@ -73,17 +81,26 @@ def write_csv(path: Path, header: list[str], rows: Iterable[dict[str, Any]]) -> 
     return n
 
 
-def write_jsonl(path: Path, records: Iterable[Any]) -> int:
-    """Write one JSON object per line atomically (UTF-8, no ASCII escaping); returns the line count."""
+def _refuse_empty(path: Path, n: int, allow_empty: bool, what: str) -> None:
+    """Inside an atomic write: nothing replaces ``path`` when it would hold no record."""
+    if n == 0 and not allow_empty:
+        kept = "the existing file is kept" if path.exists() else "nothing was written"
+        raise ExportError(f"--out {path}: the export would hold 0 {what} ({kept}); check --budget and the version")
+
+
+def write_jsonl(path: Path, records: Iterable[Any], *, allow_empty: bool = True) -> int:
+    """Write one JSON object per line atomically (UTF-8, no ASCII escaping); returns the line count. Without
+    ``allow_empty`` an export of no record is refused (ExportError) and ``path`` keeps what it held."""
     n = 0
     with _atomic_text(path) as fh:
         for record in records:
             fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
             n += 1
+        _refuse_empty(path, n, allow_empty, "records")
     return n
 
 
-def write_json_list(path: Path, records: Iterable[Any]) -> int:
+def write_json_list(path: Path, records: Iterable[Any], *, allow_empty: bool = True) -> int:
     """Write one JSON array atomically, one element per line (streamed); returns the element count."""
     n = 0
     with _atomic_text(path) as fh:
@@ -92,9 +109,38 @@ def write_json_list(path: Path, records: Iterable[Any]) -> int:
             fh.write(("\n" if n == 0 else ",\n") + json.dumps(record, ensure_ascii=False, default=str))
             n += 1
         fh.write("\n]\n")
+        _refuse_empty(path, n, allow_empty, "entries")
     return n
 
 
+def check_export_file(path: Path, keys: set[str]) -> None:
+    """Refuse (ExportError) to replace ``path`` unless it is absent or an earlier JSONL export: its first
+    line a JSON object holding ``keys``. Never a link or a folder."""
+    try:
+        path.lstat()
+    except FileNotFoundError:
+        pass
+    except (OSError, ValueError) as exc:  # a name too long, a NUL
+        if not isinstance(exc, NotADirectoryError):
+            reason = _os_reason(exc) if isinstance(exc, OSError) else str(exc)
+            raise ExportError(f"--out {path}: cannot be used ({reason})") from None
+    if path.is_symlink():
+        raise ExportError(f"--out {path}: is a link; give the file to write")
+    if path.is_dir():
+        raise ExportError(f"--out {path}: is a folder; give the file to write")
+    if not path.exists():
+        return
+    try:
+        with path.open("rb") as fh:
+            first = json.loads(fh.readline() or b"{}")
+    except (OSError, ValueError):
+        first = None
+    if not (isinstance(first, dict) and keys <= first.keys()):
+        raise ExportError(f"--out {path}: exists and is not an earlier export of this kind; give a new file "
+                          "(nothing was changed)")
+
+
+EVAL_FILES = {"results.parquet", "references.parquet", "summary.md", "summary.json"}  # what an eval run writes
 _OUTPUT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 EVAL_FALLBACK = "eval-results"
 
@@ -113,6 +159,7 @@ def eval_folder(version: Path, name: str, *, outputs: Path | None = None) -> Pat
     primary = version / "evals"
     problem = writable_problem(primary)
     if problem is None:
+        check_out_folder(primary / name, option="eval run", ours=EVAL_FILES)  # before any call
         return primary / name
     if outputs is None:
         raise UserError(f"{primary}: cannot write the eval results ({problem}); nothing was asked")
@@ -121,6 +168,7 @@ def eval_folder(version: Path, name: str, *, outputs: Path | None = None) -> Pat
     if second is not None:
         raise UserError(f"{primary}: cannot write the eval results ({problem}), nor under --outputs {fallback} "
                         f"({second}); nothing was asked")
+    check_out_folder(fallback / name, option="eval run", ours=EVAL_FILES)
     return fallback / name
 
 
@@ -134,7 +182,7 @@ def write_eval(folder: Path, tables: dict[str, pa.Table], markdown: str, summary
         files[file_name] = sink.getvalue().to_pybytes()
     files |= {"summary.md": markdown.encode(), "summary.json": (summary.model_dump_json(indent=2) + "\n").encode()}
     try:
-        return _write_folder(folder, files)
+        return _write_folder(folder, files, option="eval run", ours=EVAL_FILES)
     except OSError as exc:
         raise UserError(f"{folder}: cannot write the eval results ({_os_reason(exc)})") from None
 
@@ -144,11 +192,18 @@ def write_report(version: Path, files: dict[str, bytes]) -> Path:
     return _write_folder(version / "report", files)
 
 
-def _write_folder(target: Path, files: dict[str, bytes]) -> Path:
+def _write_folder(target: Path, files: dict[str, bytes], *, option: str = "report folder",
+                  ours: set[str] = frozenset()) -> Path:
+    """``files`` as the folder ``target``, replacing an earlier one of ours (never a folder holding other files)."""
+    ours = set(ours) | set(files)
+    check_out_folder(target, option=option, ours=ours)
+    sweep(target.parent, (f".staging-{target.name}-", f".trash-{target.name}-"))
     staging = make_staging(target.parent, target.name)
     try:
         for name, data in files.items():
             (staging / name).write_bytes(data)
+        write_marker(staging, list(files))
+        check_out_folder(target, option=option, ours=ours)
         replace_dir(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

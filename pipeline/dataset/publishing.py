@@ -20,6 +20,7 @@ from pipeline.dataset.store import (
     _file_entry,
     _os_reason,
     make_staging,
+    sweep,
     writable_problem,
     write_table,
 )
@@ -143,6 +144,7 @@ def check_writable(root: Path, dataset: str) -> None:
     Folders made for the probe are removed again, so a run that fails later leaves no empty dataset folder.
     """
     folder = root / dataset
+    sweep(folder)  # what killed runs left: their staging folders, folders moved aside for removal
     problem = writable_problem(folder)
     if problem is not None:
         raise PublishError(f"{folder}: outputs folder is not writable ({problem})")
@@ -155,6 +157,11 @@ def _check_latest(folder: Path) -> None:
     if latest.exists() and not latest.is_symlink():
         raise PublishError(f"{latest}: expected a link to the newest version, found a "
                            f"{'folder' if latest.is_dir() else 'file'}; move it aside, nothing published")
+
+
+# Every version this process renamed into place, in order: an interrupted command reads it to say truthfully
+# whether its version is complete (the rename is the publish; `latest` and retention follow it).
+PUBLISHED: list[Path] = []
 
 
 def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None,
@@ -177,6 +184,7 @@ def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None,
         _read_only(staging)
         target = parent / version
         os.rename(staging, target)
+        PUBLISHED.append(target)
         _pin(target)
         _point_latest(parent)
         if keep is not None:

@@ -110,11 +110,20 @@ def read_manifest(directory: Path) -> Manifest:
     """The manifest of a version folder, or a one-line DamagedDataset."""
     path = directory / "manifest.json"
     try:
-        return Manifest.model_validate_json(path.read_bytes())
+        manifest = Manifest.model_validate_json(path.read_bytes())
     except OSError as exc:
         raise DamagedDataset(f"{path}: unreadable ({_os_reason(exc)})") from None
     except ValidationError as exc:
         raise DamagedDataset(first_validation_error(exc, f"{path}: damaged")) from None
+    for name in manifest.files:
+        if not _inside_name(name):  # every entry names a file in the version itself, never a path out of it
+            raise DamagedDataset(f"{path}: damaged (files lists {name!r}, which is not a file of this version)")
+    return manifest
+
+
+def _inside_name(name: str) -> bool:
+    """A plain file name: no folder part, no '..', not absolute, no NUL or backslash."""
+    return bool(name) and name not in (".", "..") and not any(c in name for c in "/\\\0")
 
 
 def verify(directory: Path, manifest: Manifest | None = None, names: list[str] | None = None) -> None:

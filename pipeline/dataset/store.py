@@ -4,6 +4,7 @@ checksums, and the error types every part of the dataset package raises."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import secrets
@@ -81,22 +82,142 @@ def writable_problem(folder: Path) -> str | None:
     return None
 
 
+# The file a command writes into every folder it fills (plan/text/queries tables, export folders, eval runs,
+# the report), listing the files it wrote: the proof that replacing or writing into the folder again loses
+# nothing a user made.
+OUT_MARKER = ".personagen-out"
+
+
+def _marker_files(folder: Path) -> set[str] | None:
+    """The names an earlier command listed in ``folder``'s marker, or None (no marker, or not ours)."""
+    try:
+        data = json.loads((folder / OUT_MARKER).read_text(encoding="utf-8"))
+        return {str(n) for n in data["files"]} if isinstance(data, dict) and isinstance(data["files"], list) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def check_out_folder(target: Path, *, option: str = "--out", ours: set[str] = frozenset()) -> None:
+    """Refuse (one line, ExportError) a ``target`` folder a command would replace or write into unless it is
+    new, empty, or holds only files an earlier command wrote there (listed in its :data:`OUT_MARKER`, or
+    named in ``ours``). Never a file, a link, or the current folder (or one above it)."""
+    where = f"{option} {target}"
+    try:
+        target.lstat()
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # a name too long, a NUL, a component that is a file
+        if not isinstance(exc, NotADirectoryError):
+            raise ExportError(f"{where}: cannot be used ({_os_reason(exc)})") from None
+    except ValueError as exc:
+        raise ExportError(f"{where}: cannot be used ({exc})") from None
+    if target.is_symlink():
+        raise ExportError(f"{where}: is a link; give a new folder or one personagen wrote")
+    if target.exists() and not target.is_dir():
+        raise ExportError(f"{where}: is a file; give a new folder or one personagen wrote (nothing was changed)")
+    absolute, cwd = Path(os.path.abspath(target)), Path.cwd()
+    if absolute == cwd or absolute in cwd.parents:
+        raise ExportError(f"{where}: is the current folder (or holds it); give a new folder for the output")
+    if not target.is_dir():
+        return
+    try:
+        names = {p.name for p in target.iterdir()} - {OUT_MARKER}
+    except OSError as exc:
+        raise ExportError(f"{where}: cannot read the folder ({_os_reason(exc)})") from None
+    known = (_marker_files(target) or set()) | set(ours)
+    foreign = sorted(names - known)
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise ExportError(f"{where}: holds files personagen did not write there ({shown}); give a new or empty "
+                          f"folder, or one an earlier run filled (it lists its files in {OUT_MARKER}); nothing "
+                          "was changed")
+
+
+def check_tables_folder(target: Path) -> None:
+    """:func:`check_out_folder` for a folder of tables (`plan`, `text`, `queries`): table files alone, as
+    versions before the marker wrote them, count as ours too."""
+    check_out_folder(target, ours={f"{name}.parquet" for name in TABLES})
+
+
+def write_marker(folder: Path, files: set[str] | list[str], *, keep: bool = False) -> None:
+    """List ``files`` (with those listed before when ``keep``) in ``folder``'s marker, atomically."""
+    names = set(files) | ((_marker_files(folder) or set()) if keep else set())
+    tmp = folder / f".{OUT_MARKER}.{secrets.token_hex(4)}.tmp"
+    try:
+        tmp.write_text(json.dumps({"written_by": "personagen", "files": sorted(names)}, indent=1) + "\n",
+                       encoding="utf-8")
+        os.replace(tmp, folder / OUT_MARKER)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def replace_dir(staging: Path, target: Path) -> None:
     """Move a complete staging folder to ``target``, replacing what was there; never half-written."""
     if target.exists():
         trash = target.parent / f".trash-{target.name}-{secrets.token_hex(4)}"
         os.rename(target, trash)
         os.rename(staging, target)
-        shutil.rmtree(trash, ignore_errors=True)
+        discard(trash)
     else:
         os.rename(staging, target)
 
 
+def discard(path: Path) -> None:
+    """Remove a folder this code moved aside (or a link in its place: the link, never what it points at)."""
+    if path.is_symlink() or path.is_file():
+        with suppress(OSError):
+            path.unlink()
+    else:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# What an interrupted or killed command leaves: staging folders and temporary files carry the writer's pid.
+_LEFTOVER = re.compile(r"^(?:\.staging-.+-(?P<pid>\d+)-[0-9a-f]{8}|.+\.(?P<tmp_pid>\d+)-[0-9a-f]{8}\.tmp)$")
+_TRASH = re.compile(r"^\.trash-.+-[0-9a-f]{8}$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True
+    return True
+
+
+def sweep(folder: Path, prefixes: tuple[str, ...] = ("",)) -> list[str]:
+    """Remove what earlier commands left in ``folder`` when they were killed: staging folders and temporary
+    files of processes no longer running, and folders moved aside for removal; only names starting with one
+    of ``prefixes`` (in a folder that is not ours, only what this writer itself would leave). Returns the
+    names removed."""
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return []
+    removed = []
+    for path in entries:
+        if not path.name.startswith(prefixes):
+            continue
+        match = _LEFTOVER.match(path.name)
+        pid = match and int(match.group("pid") or match.group("tmp_pid"))
+        if (pid and pid != os.getpid() and not _alive(pid)) or _TRASH.match(path.name):
+            discard(path)
+            removed.append(path.name)
+    return removed
+
+
 def write_tables(target: Path, tables: dict[str, list[BaseModel]]) -> dict[str, int]:
-    """Write several tables into ``target`` as one unit: all of them, or (on any error) none."""
+    """Write several tables into ``target`` as one unit: all of them, or (on any error) none. ``target`` must
+    be new, empty or an earlier output of this kind (:func:`check_out_folder`; a folder of table files alone,
+    as older versions wrote without a marker, counts): nothing else is replaced."""
+    check_tables_folder(target)
+    sweep(target.parent, (f".staging-{target.name}-", f".trash-{target.name}-"))
     staging = make_staging(target.parent, target.name)
     try:
         counts = {name: write_table(staging, name, rows).num_rows for name, rows in tables.items()}
+        write_marker(staging, [f"{name}.parquet" for name in tables])
+        check_tables_folder(target)  # again, just before the swap: it may have changed meanwhile
         replace_dir(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

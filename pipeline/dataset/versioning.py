@@ -6,11 +6,10 @@ from __future__ import annotations
 import fcntl
 import os
 import secrets
-import shutil
 from contextlib import contextmanager
 from pathlib import Path
 
-from pipeline.dataset.store import LATEST, VERSION, PublishError
+from pipeline.dataset.store import LATEST, VERSION, PublishError, discard
 
 
 @contextmanager
@@ -64,7 +63,7 @@ def prune(directory: Path, keep: int, *, locked: bool = False, spare: str | None
         _unpin(old)
         trash = directory / f".trash-{old.name}-{secrets.token_hex(4)}"
         os.rename(old, trash)
-        shutil.rmtree(trash, ignore_errors=True)
+        discard(trash)
         removed.append(old.name)
     return removed
 

@@ -15,7 +15,8 @@ from pipeline.llm.gateway import (
     call_label,
     first_ask,
     listen,
+    listen_notices,
 )
 
 __all__ = ["LLM", "LLMError", "ConfigError", "CacheMiss", "CallFailed", "LLMSettings", "UsageSummary", "ChatReply",
-           "call_label", "first_ask", "listen", "REASK", "RESAMPLE", "CHAT_FINGERPRINT"]
+           "call_label", "first_ask", "listen", "listen_notices", "REASK", "RESAMPLE", "CHAT_FINGERPRINT"]

@@ -25,6 +25,14 @@ class CallFailed(LLMError):
     """A call exhausted its retries and re-asks; it is stored as a failure and retried next run."""
 
 
+class TransportFailed(CallFailed):
+    """A call the model never answered: its transport failed on every try (or the server refused it)."""
+
+
+class ContentRejected(CallFailed):
+    """The model answered, but no reply passed the checks after every re-ask."""
+
+
 class TransientError(LLMError):
     """A transport failure worth retrying (5xx, timeout, dropped connection)."""
 

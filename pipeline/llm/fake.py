@@ -60,9 +60,9 @@ class FaultPlan(BaseModel):
         plan = cls()
         for name, value in parse_qsl(query, strict_parsing=bool(query)):
             if name == "latency_s":
-                plan.latency_s = float(value)
+                plan.latency_s = _number(name, value, float)
             elif name == "exit_after":
-                plan.exit_after = int(value)
+                plan.exit_after = _number(name, value, int)
             elif name == "answer":
                 plan.answer = _answer_script(value)
             elif name in FaultKind.__args__:
@@ -79,11 +79,25 @@ class FaultPlan(BaseModel):
         return None
 
 
+def _number(name: str, value: str, kind: type):
+    """``value`` as a number for the fake backend's option ``name``, or a one-line ConfigError."""
+    try:
+        number = kind(value)
+    except ValueError:
+        raise ConfigError(f"fake backend {name}={value!r}: expected a number") from None
+    if not 0 <= number < float("inf"):
+        raise ConfigError(f"fake backend {name}={value!r}: expected a number of at least 0")
+    return number
+
+
 def _parse_fault(kind: str, value: str) -> Fault:
     """`0.2` is a probability, `@0,3` lists call indices."""
     if value.startswith("@"):
-        return Fault(kind=kind, calls=[int(i) for i in value[1:].split(",") if i])
-    return Fault(kind=kind, probability=float(value))
+        return Fault(kind=kind, calls=[_number(kind, i, int) for i in value[1:].split(",") if i])
+    probability = _number(kind, value, float)
+    if probability > 1:
+        raise ConfigError(f"fake backend {kind}={value!r}: a probability is at most 1")
+    return Fault(kind=kind, probability=probability)
 
 
 class FakeBackend:

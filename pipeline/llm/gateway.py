@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -21,9 +22,19 @@ from dataclasses import replace
 
 from pydantic import BaseModel, ValidationError
 
+from pipeline.errors import redact
 from pipeline.llm.backends import Backend, BackendReply, BackendRequest
 from pipeline.llm.cache import CacheKey, CallRecord, LLMCache
-from pipeline.llm.errors import CacheMiss, CallFailed, ConfigError, LLMError, RateLimited, TransientError
+from pipeline.llm.errors import (
+    CacheMiss,
+    CallFailed,
+    ConfigError,
+    ContentRejected,
+    LLMError,
+    RateLimited,
+    TransientError,
+    TransportFailed,
+)
 from pipeline.llm.factory import make_backend, resolve_backend_string
 from pipeline.llm.limits import Runtime, Throttle
 from pipeline.prompting import PromptEnv, PromptSpec
@@ -35,6 +46,10 @@ __all__ = ["LLM", "LLMError", "ConfigError", "CacheMiss", "CallFailed", "LLMSett
 # Called with (stage, count) as each call finishes, cached or not, from whichever thread ran it: a live
 # progress display listens here (see `listen`).
 _LISTENERS: list[Callable[[str, TokenCount], None]] = []
+# Called with one line when a call waits long (a 429's Retry-After): the CLI's display shows it above its
+# bars; with no listener it goes to stderr.
+_NOTICES: list[Callable[[str], None]] = []
+NOTICE_WAIT_S = 5.0
 REASK = "Your previous reply was rejected: {problem}\nReply again with a corrected answer to the request above."
 RESAMPLE = "(An earlier answer to this was rejected: {problem}.)"
 CHAT_FINGERPRINT = "free-text-chat"
@@ -201,7 +216,8 @@ class LLM:
         if hit is not None:
             self._record(stage, TokenCount(calls=1, cache_hits=1))
             return spec.output.model_validate_json(hit.output)
-        if self.settings.cache_only:
+        if self.settings.cache_only:  # an unanswered call like any other: the run counts it
+            self._record(stage, TokenCount(calls=1, failures=1, transport_failures=1))
             raise CacheMiss(f"cache-only: no cached response for {spec.name} (key {digest[:16]})")
         request = BackendRequest(
             messages=messages, output=spec.output, schema=key.output_schema, context=context,
@@ -251,6 +267,7 @@ class LLM:
             return ChatReply(text=hit.raw or "", finish_reason=hit.finish_reason or "stop", cached=True,
                              input_tokens=hit.input_tokens, output_tokens=hit.output_tokens, latency_s=hit.latency_s)
         if self.settings.cache_only:
+            self._record(stage, TokenCount(calls=1, failures=1, transport_failures=1))
             raise CacheMiss(f"cache-only: no cached response for chat.{stage} (key {digest[:16]})")
         request = BackendRequest(
             messages=messages, output=ChatReply, schema={}, context=context or ChatReply(text=""),
@@ -266,8 +283,9 @@ class LLM:
             reply = await self._send(request, count)
         except LLMError as exc:
             count.failures += 1
+            count.transport_failures += not isinstance(exc, ContentRejected)
             self._record(stage, count)
-            self._store_chat(request, stage, None, count, started, error=str(exc))
+            self._store_chat(request, stage, None, count, started, error=redact(exc))
             raise
         self._record(stage, count)
         self._store_chat(request, stage, reply, count, started)
@@ -301,7 +319,7 @@ class LLM:
                 if reply.finish_reason == "length":  # cut at the cap: only a larger cap can change that
                     raised = self._raised_cap(request)
                     if raised is None:
-                        raise CallFailed(f"{spec.name}: the reply ran to the token cap "
+                        raise ContentRejected(f"{spec.name}: the reply ran to the token cap "
                                          f"({self._cap(request)}), which cannot be raised: {problem}")
                     request = raised
                 if ask < self.settings.reask:
@@ -310,9 +328,10 @@ class LLM:
                         request = _reasked(request, reply, problem, ask + 1)
                     else:
                         request = _resampled(request, problem, ask + 1)
-            raise CallFailed(f"{spec.name}: no valid output after {ask + 1} asks: {problem}")
+            raise ContentRejected(f"{spec.name}: no valid output after {ask + 1} asks: {problem}")
         except LLMError as exc:
             count.failures += 1
+            count.transport_failures += not isinstance(exc, ContentRejected)  # the model never answered
             self._record(stage, count)
             self._store_failure(spec, request, reply, exc, count, started)
             raise
@@ -335,20 +354,30 @@ class LLM:
         # The estimate only feeds a tokens-per-minute budget; without one, skip the tokenizer pass.
         estimate = count_tokens("\n".join(m["content"] for m in request.messages)) if throttle.tokens else 0
         error: Exception | None = None
+        bound = self.settings.call_timeout_s if self._timeout() is not None else None
+        deadline = time.monotonic() + bound if bound else None
         for retry in range(self.settings.max_retries + 1):
             if retry:
+                delay = self._delay(retry, error)
+                if deadline is not None and time.monotonic() + max(delay, throttle.paused_until - time.monotonic()) \
+                        >= deadline:
+                    raise TransportFailed(f"no answer within llm.call_timeout_s ({bound:g} s) after {retry} "
+                                          f"tries: {_describe(error)}")
                 count.retries += 1
-                await asyncio.sleep(self._delay(retry, error))
+                await asyncio.sleep(delay)
             self.runtime.check()
             await throttle.ready(estimate)
             attempt = _with_attempt(request, retry)
             async with throttle.slots:
                 self.runtime.check()  # a call that waited for its slot while the run was stopped
                 count.backend_calls += 1
+                timeout = self._timeout()
+                if deadline is not None:
+                    timeout = max(0.001, min(timeout, deadline - time.monotonic()))
                 try:
-                    reply = await asyncio.wait_for(self.backend.complete(attempt), self._timeout())
+                    reply = await asyncio.wait_for(self.backend.complete(attempt), timeout)
                 except RateLimited as exc:
-                    throttle.pause(exc.retry_after_s if exc.retry_after_s is not None else self._delay(retry + 1, exc))
+                    self._pause(throttle, exc, retry)
                     error = exc
                     continue
                 except (TransientError, TimeoutError) as exc:
@@ -358,7 +387,18 @@ class LLM:
             count.output_tokens += reply.output_tokens
             throttle.charge(reply.input_tokens + reply.output_tokens - estimate)
             return reply
-        raise CallFailed(f"transport failed after {self.settings.max_retries + 1} tries: {_describe(error)}")
+        raise TransportFailed(f"transport failed after {self.settings.max_retries + 1} tries: {_describe(error)}")
+
+    def _pause(self, throttle: Throttle, exc: RateLimited, retry: int) -> None:
+        """Pause the backend for a 429: its Retry-After, capped at ``max_retry_after_s``; a long wait is said."""
+        asked = exc.retry_after_s
+        wait = min(asked if asked is not None else self._delay(retry + 1, exc), self.settings.max_retry_after_s)
+        before = max(throttle.paused_until, time.monotonic())  # the end of the pause in force, if any
+        throttle.pause(wait)
+        if throttle.paused_until - before >= NOTICE_WAIT_S:  # a long new wait: once per pause, not per caller
+            capped = f" (it asked for {asked:g} s; llm.max_retry_after_s caps it)" if asked and asked > wait else ""
+            notice(f"{self.name}: the server is rate-limiting (HTTP 429): waiting {wait:.0f} s before sending "
+                   f"again{capped}")
 
     def _timeout(self) -> float | None:
         """The transport timeout of one try; a backend with ``transport_timeout = False`` (the embedded model,
@@ -405,7 +445,7 @@ class LLM:
             model=self.backend.model, request=json.dumps(request.messages), raw=reply.text if reply else None,
             finish_reason=reply.finish_reason if reply else None, input_tokens=count.input_tokens,
             output_tokens=count.output_tokens, latency_s=time.monotonic() - started,
-            attempts=count.backend_calls, error=str(error),
+            attempts=count.backend_calls, error=redact(error),
         ))
 
 
@@ -425,6 +465,21 @@ def first_ask(messages: list[dict[str, str]]) -> list[dict[str, str]]:
     if note in last:
         messages = [*messages[:-1], {**messages[-1], "content": last[:last.index(note)]}]
     return messages
+
+
+def notice(text: str) -> None:
+    """Say ``text`` (one line) to whoever watches: the notice listeners, else stderr."""
+    if _NOTICES:
+        for listener in list(_NOTICES):
+            listener(text)
+    else:
+        print(text, file=sys.stderr, flush=True)
+
+
+def listen_notices(listener: Callable[[str], None]) -> Callable[[], None]:
+    """Send the gateway's notices (long waits) to ``listener``; returns the function that stops it."""
+    _NOTICES.append(listener)
+    return lambda: _NOTICES.remove(listener) if listener in _NOTICES else None
 
 
 def listen(listener: Callable[[str, TokenCount], None]) -> Callable[[], None]:
@@ -453,10 +508,22 @@ def _validate(reply: BackendReply, output: type[BaseModel]) -> tuple[BaseModel |
 
 
 def _reasked(request: BackendRequest, reply: BackendReply, problem: str, ask: int) -> BackendRequest:
-    """The request extended with the rejected reply and the reason, for the next ask."""
-    messages = [*request.messages, {"role": "assistant", "content": reply.text},
+    """The request extended with the rejected reply (cut to what the token cap allows: a server that ignores
+    ``max_tokens`` must not have its whole reply echoed back, re-ask after re-ask) and the reason."""
+    messages = [*request.messages, {"role": "assistant", "content": _echo(reply.text, request.max_tokens)},
                 {"role": "user", "content": REASK.format(problem=problem)}]
     return replace(request, messages=messages, attempt=100 * ask)
+
+
+ECHO_CHARS_PER_TOKEN = 4
+
+
+def _echo(text: str, max_tokens: int) -> str:
+    """``text`` as a re-ask shows it: at most about ``max_tokens`` tokens, the cut said."""
+    limit = ECHO_CHARS_PER_TOKEN * max_tokens
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... {len(text) - limit:,} more characters cut]"
 
 
 def _resampled(request: BackendRequest, problem: str, ask: int) -> BackendRequest:
@@ -476,4 +543,4 @@ def _describe(error: Exception | None) -> str:
     """One line naming a transport error."""
     if isinstance(error, TimeoutError):
         return "timed out"
-    return str(error).splitlines()[0] if error and str(error) else type(error).__name__
+    return redact(str(error).splitlines()[0]) if error and str(error) else type(error).__name__

@@ -10,10 +10,12 @@ import os
 import re
 from functools import cached_property
 
+import httpx
 import openai
 from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 
+from pipeline.errors import key_form_problem, redact
 from pipeline.llm.backends import BackendReply, BackendRequest
 from pipeline.llm.errors import CallFailed, ConfigError, RateLimited, TransientError
 from schemas.llm import LLMSettings
@@ -50,6 +52,13 @@ class OpenAIBackend:
         self.model = model
         self.settings = settings
         self.base_url = (os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip("/")
+        try:
+            url = httpx.URL(self.base_url)
+            url.port  # noqa: B018 -- a bad port is only found when read
+        except (httpx.InvalidURL, ValueError, TypeError) as exc:
+            raise ConfigError(f"OPENAI_BASE_URL {redact(self.base_url)!r}: not a URL ({exc})") from None
+        if url.scheme not in ("http", "https") or not url.host:
+            raise ConfigError(f"OPENAI_BASE_URL {redact(self.base_url)!r}: not an http(s) URL with a host")
 
     def _api_key(self) -> str:
         """OPENAI_API_KEY; a server of one's own (OPENAI_BASE_URL set) may need none, so it gets a placeholder."""
@@ -59,14 +68,20 @@ class OpenAIBackend:
         if not key:
             raise ConfigError(f"OPENAI_API_KEY is not set (needed for LLM=openai:{self.model}); "
                               "set it, or use LLM=local for the embedded model")
+        problem = key_form_problem(key)
+        if problem:  # it could not go into a header: say so before any request, never showing the value
+            raise ConfigError(f"OPENAI_API_KEY {problem} (a stray newline or a pasted quote?); "
+                              "set it to the key alone")
         return key
 
     @cached_property
     def chat(self) -> ChatOpenAI:
         """The LangChain chat model; built on first use, on the gateway loop."""
         s = self.settings
+        # connect bounded on its own; a try as a whole (first byte and total) by the gateway's timeout
+        timeout = httpx.Timeout(s.timeout_s, connect=min(s.connect_timeout_s, s.timeout_s))
         return _PlainTextChatOpenAI(model=self.model, api_key=self._api_key(), base_url=self.base_url,
-                                    timeout=s.timeout_s, max_retries=0, temperature=s.temperature, top_p=s.top_p,
+                                    timeout=timeout, max_retries=0, temperature=s.temperature, top_p=s.top_p,
                                     max_completion_tokens=s.max_tokens)
 
     def preflight(self) -> None:
@@ -79,6 +94,9 @@ class OpenAIBackend:
                 raise ConfigError(f"{self.base_url}/models answered HTTP {raw.status_code} with {kind or 'no type'}"
                                   f"{_html_hint(raw.text)}, not the OpenAI API: check OPENAI_BASE_URL")
             served = [m.id for m in raw.parse()]
+        except (ValueError, TypeError, AttributeError) as exc:  # JSON in name only: empty, not JSON, no `data`
+            raise ConfigError(f"{self.base_url}/models answered HTTP 200 with a body that is not a model list "
+                              f"({type(exc).__name__}): check OPENAI_BASE_URL") from None
         except openai.AuthenticationError as exc:
             raise ConfigError(f"{self.base_url} rejected OPENAI_API_KEY (HTTP {exc.status_code})") from None
         except openai.APIConnectionError as exc:
@@ -109,11 +127,20 @@ class OpenAIBackend:
         except openai.APIError as exc:
             raise _map_error(exc) from None
         except ValueError as exc:  # LangChain's "Unexpected response type": a 200 that is not a completion
-            if "Unexpected response type" not in str(exc):
-                raise
-            raise ConfigError(f"{self.base_url}/chat/completions answered with something that is not a "
-                              f"completion{_html_hint(str(exc))}: check OPENAI_BASE_URL") from None
+            if "Unexpected response type" in str(exc):
+                raise ConfigError(f"{self.base_url}/chat/completions answered with something that is not a "
+                                  f"completion{_html_hint(str(exc))}: check OPENAI_BASE_URL") from None
+            raise _bad_reply(self.base_url, exc) from None  # an empty or non-JSON body (JSONDecodeError)
+        except (TypeError, KeyError, AttributeError, IndexError) as exc:  # a JSON body without `choices`
+            raise _bad_reply(self.base_url, exc) from None
         return _reply(message)
+
+
+def _bad_reply(base_url: str, exc: Exception) -> TransientError:
+    """A 200 whose body is not a usable completion (empty, not JSON, no choices): worth another try."""
+    what = "a body that is not JSON" if isinstance(exc, ValueError) else "JSON that is not a chat completion"
+    return TransientError(f"{base_url}/chat/completions answered 200 with {what} "
+                          f"({type(exc).__name__}: {redact(str(exc).splitlines()[0][:120]) if str(exc) else ''})")
 
 
 def _reply(message: AIMessage) -> BackendReply:
@@ -136,7 +163,7 @@ def _reply_from_completion(completion, finish_reason: str) -> BackendReply:
 def _map_error(exc: openai.APIError) -> Exception:
     """The gateway error for an OpenAI SDK error."""
     if isinstance(exc, openai.RateLimitError):
-        return RateLimited(f"429 from server: {exc.message}", retry_after_s=_retry_after(exc.response))
+        return RateLimited(f"429 from server: {redact(exc.message)}", retry_after_s=_retry_after(exc.response))
     if isinstance(exc, openai.APITimeoutError):
         return TransientError("request timed out")
     if isinstance(exc, openai.APIConnectionError):
@@ -144,8 +171,8 @@ def _map_error(exc: openai.APIError) -> Exception:
     if isinstance(exc, openai.APIStatusError) and exc.status_code >= 500:
         return TransientError(f"HTTP {exc.status_code} from server")
     if isinstance(exc, openai.AuthenticationError | openai.PermissionDeniedError | openai.NotFoundError):
-        return ConfigError(f"HTTP {exc.status_code}: {exc.message}")
-    return CallFailed(f"request rejected: {exc.message}")
+        return ConfigError(f"HTTP {exc.status_code}: {redact(exc.message)}")
+    return CallFailed(f"request rejected: {redact(exc.message)}")
 
 
 def _html_hint(text: str) -> str:
@@ -171,4 +198,4 @@ def _reason(exc: Exception) -> str:
     """The innermost cause of a connection error, in one line."""
     while exc.__cause__ is not None:
         exc = exc.__cause__
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return redact(str(exc).splitlines()[0]) if str(exc) else type(exc).__name__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 from rich.markup import escape
 from rich.tree import Tree
 
@@ -14,7 +15,19 @@ from schemas.timeline import Event, Timeline
 
 
 def load_persona_timeline(directory: Path, persona_id: str) -> tuple[Persona, Timeline]:
-    """Read the plan tables and rebuild (and so re-validate) one persona's timeline."""
+    """Read the plan tables and rebuild (and so re-validate) one persona's timeline; a damaged or missing
+    table is a one-line UserError naming it."""
+    try:
+        return _load(directory, persona_id)
+    except (UserError, FileNotFoundError):
+        raise
+    except (OSError, ValueError, pa.ArrowException) as exc:  # a truncated or foreign Parquet file, bad rows
+        text = str(exc).strip().splitlines()
+        raise UserError(f"{directory}: a plan table is damaged ({type(exc).__name__}: {text[0] if text else ''}); "
+                        "rerun `personagen plan`") from None
+
+
+def _load(directory: Path, persona_id: str) -> tuple[Persona, Timeline]:
     personas = [p for p in read_table(directory, "personas") if p.persona_id == persona_id]
     if not personas:
         raise UserError(f"{directory}: no persona {persona_id!r}")

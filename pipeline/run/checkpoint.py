@@ -12,11 +12,12 @@ import secrets
 from functools import cache
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from pipeline.run.persona_text import PersonaText
 from schemas.config import RunConfig
 from schemas.ids import digest
+from schemas.llm import UsageSummary
 from schemas.persona import PersonaSeed
 from schemas.query import Query
 
@@ -29,6 +30,7 @@ class PersonaResult(BaseModel):
     text: PersonaText
     queries: list[Query]
     query_stats: dict = {}
+    usage: UsageSummary = Field(default_factory=UsageSummary)  # the calls that made it (a rerun reports them)
 
 
 @cache
@@ -80,8 +82,11 @@ class Checkpoints:
         """Atomically: a reader sees the old file or the whole new one."""
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}-{secrets.token_hex(4)}.tmp")
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no empty temporary file
 
     def load_filtered(self, key: str) -> FilteredQueries | None:
         """The probe and filter's outcome for a run whose personas and fingerprint digest to ``key``."""

@@ -170,8 +170,10 @@ class Driver:
             self.cache.put_many(reply.rows)
         if reply.error is not None or reply.result is None:
             return WorkerFailed(reply.error or f"worker {reply.worker}: no result")
-        self.spec.checkpoints.save(seed, self.key, reply.result)
-        return JobResult(result=reply.result, usage=reply.usage, from_checkpoint=False)
+        result = reply.result.model_copy(update={"usage": reply.usage})
+        if not reply.usage.total.transport_failures:  # else a rerun asks its unanswered calls again
+            self.spec.checkpoints.save(seed, self.key, result)
+        return JobResult(result=result, usage=reply.usage, from_checkpoint=False)
 
     def close(self) -> None:
         self.cache.close()

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
+from pipeline.errors import UserError
 from pipeline.llm import LLM, call_label
 from pipeline.run.plan import build_plan
 from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SESSION, SMALL_TALK
@@ -275,6 +276,24 @@ def target_sizes(config: RunConfig, counts: dict[str, float]) -> dict[str, float
     ordinary = max(text.small_talk_exchanges, text.session_exchanges - beats_per_session, 1)
     whole = ordinary + beats_per_session if text.writing == "session" else ordinary
     return {"beat": max(OUTPUT_TOKENS["beat"], exchange), "small_talk": exchange * whole}
+
+
+# A topic's own text varies around the mean; refuse only a budget that cannot hold half of a typical topic.
+TOPIC_MARGIN = 0.5
+
+
+def check_budgets(config: RunConfig, estimate: Estimate) -> None:
+    """Refuse (UserError, before any call of the run) a budget whose persona share cannot hold one typical topic
+    of a persona's own text: assembly would fail only after every call was made."""
+    if not config.topics or not estimate.own_tokens_per_persona:
+        return
+    per_topic = estimate.own_tokens_per_persona / len(config.topics)
+    smallest = min(config.assembly.budgets)
+    share = config.assembly.max_persona_fraction
+    if smallest * share < TOPIC_MARGIN * per_topic:
+        raise UserError(f"assembly.budgets: a {smallest:,}-token context cannot hold one topic of a persona's own "
+                        f"text (about {per_topic:,.0f} tokens a topic as planned, max_persona_fraction {share:g}); "
+                        "raise the budget or shorten the sessions; nothing was asked")
 
 
 def density_rows(estimate: Estimate) -> list[tuple[str, str]]:

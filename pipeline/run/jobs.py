@@ -116,9 +116,12 @@ def persona_job(seed: PersonaSeed, spec: RunSpec) -> JobResult:
     if cached is not None:
         return JobResult(result=cached, usage=UsageSummary(), from_checkpoint=True)
     llm = LLM(spec.llm, cache=LLMCache(spec.llm.cache_path, tag=persona_tag(seed, name)))
-    result = make_persona(seed, spec, llm)
-    spec.checkpoints.save(seed, key, result)
-    return JobResult(result=result, usage=llm.usage_summary(), from_checkpoint=False)
+    made = make_persona(seed, spec, llm)
+    usage = llm.usage_summary()
+    result = made.model_copy(update={"usage": usage})
+    if not usage.total.transport_failures:  # a persona with unanswered calls is asked again by a rerun
+        spec.checkpoints.save(seed, key, result)
+    return JobResult(result=result, usage=usage, from_checkpoint=False)
 
 
 def make_persona(seed: PersonaSeed, spec: RunSpec, llm: LLM) -> PersonaResult:
@@ -202,7 +205,12 @@ def run_summary(jobs: list[JobResult], filler: list[SessionWithTurns], filler_dr
     usage = UsageSummary()
     for part in [job.usage for job in jobs] + filler_usage:
         usage.merge(part)
+    reused = UsageSummary()  # the calls that made the personas this run took from their checkpoints
+    for job in jobs:
+        if job.from_checkpoint:
+            reused.merge(job.result.usage)
     stats = {"personas_from_checkpoint": sum(j.from_checkpoint for j in jobs),
+             "checkpoint_usage": reused.total.model_dump(mode="json"),
              "filler_sessions": len(filler), "filler_dropped": filler_dropped, **filler_sources(filler),
              "query_stats": [j.result.query_stats for j in jobs]}
     return usage, stats
@@ -217,6 +225,23 @@ def check_failures(spec: RunSpec, n: int, failures: list[Failure]) -> None:
         raise RunFailed(f"{len(failures)} of {n} personas failed (allowed {spec.max_failure_fraction:.0%}); "
                         f"nothing published; failed: personas {shown}; first: persona {first.persona_index}: "
                         f"{first.reason}")
+
+
+def check_unanswered(spec: RunSpec, usage: UsageSummary) -> None:
+    """Fail closed (RunFailed, nothing published) when more than ``llm.max_failed_share`` of the run's calls
+    got no answer (transport failures, server errors, cache-only misses): code-written text would stand in
+    for them, and the run would look like a success."""
+    total = usage.total
+    if not total.transport_failures or total.transport_failures <= spec.llm.max_failed_share * total.calls:
+        return
+    stages = sorted(((c.transport_failures, s) for s, c in usage.by_stage.items() if c.transport_failures),
+                    reverse=True)
+    where = ", ".join(f"{s} {n}" for n, s in stages[:4])
+    cause = ("no cached reply (--cache-only)" if spec.llm.cache_only
+             else "the server did not answer (transport failures or server errors) or a reply could not be stored")
+    raise RunFailed(f"{total.transport_failures} of {total.calls} model calls got no answer: {cause} ({where}; "
+                    f"allowed {spec.llm.max_failed_share:.0%}, llm.max_failed_share); nothing published; every "
+                    "answered call is cached: rerun the same command to resume")
 
 
 def probe_and_filter(results: list[PersonaResult], config: RunConfig, *, store: Checkpoints | None = None,
@@ -254,7 +279,9 @@ def stance_counts(results: list[PersonaResult]) -> dict[str, int]:
 
 def publish_run(spec: RunSpec, results: list[PersonaResult], kept_filler: list[SessionWithTurns], *,
                 usage: UsageSummary, failures: list[Failure], models: list[str], extra_stats: dict) -> Path:
-    """Assemble every context over the (checked) filler pool, validate and publish one immutable version."""
+    """Assemble every context over the (checked) filler pool, validate and publish one immutable version;
+    nothing when too many calls went unanswered (`check_unanswered`)."""
+    check_unanswered(spec, usage)
     config = spec.config
     sessions = [s for r in results for s in r.text.sessions] + kept_filler
     key = digest(fingerprint(spec, model_name(spec.llm)), [r.text.persona.persona_id for r in results], length=24)

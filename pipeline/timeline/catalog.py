@@ -24,6 +24,8 @@ def load_yaml_model(path: Path, model: type):
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise DataFileError(f"{path}: file not found") from exc
+    except IsADirectoryError:
+        raise DataFileError(f"{path}: is a folder; give a YAML file") from None
     except UnicodeDecodeError as exc:
         line = path.read_bytes()[:exc.start].count(b"\n") + 1
         raise DataFileError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None

@@ -8,7 +8,8 @@
 It runs its own event loop in a background thread, so injected latency costs no thread per request.
 Answers are valid instances of the request's json_schema response format (seeded by the request body).
 Faults: rate_limit (429 + Retry-After), server_error (500), malformed (content is not JSON),
-length (finish_reason=length), slow (sleeps `slow_s` before answering); `html=True` answers every
+length (finish_reason=length), slow (sleeps `slow_s` before answering), and bad 200 replies: empty_body,
+not_json (a JSON content type on a body that is not), no_choices (a completion without `choices`); `html=True` answers every
 request 200 with an HTML page (a proxy's or a captive portal's page instead of the API).
 `python -m tests.support.openai_server 0.2` serves in the foreground and prints the base URL.
 """
@@ -27,7 +28,16 @@ from typing import Literal
 
 from pipeline.llm.fake import SchemaFaker
 
-ServerFault = Literal["rate_limit", "server_error", "malformed", "length", "slow"]
+ServerFault = Literal["rate_limit", "server_error", "malformed", "length", "slow", "empty_body", "not_json",
+                      "no_choices"]
+
+
+class RawJSON(str):
+    """A body sent as-is with a JSON content type (to serve replies that only claim to be JSON)."""
+
+
+BAD_200 = {"empty_body": RawJSON(""), "not_json": RawJSON("upstream said: oops"),
+           "no_choices": RawJSON('{"id": "x", "object": "chat.completion", "created": 0, "model": "test-model"}')}
 
 
 def schema_answer(body: dict) -> str:
@@ -129,6 +139,8 @@ class OpenAIServer:
             return 429, {"error": {"message": "rate limited", "type": "rate_limit"}}, {"Retry-After": str(self.retry_after_s)}
         if fault == "server_error":
             return 500, {"error": {"message": "boom", "type": "server_error"}}, {}
+        if fault in BAD_200:
+            return 200, BAD_200[fault], {}
         content = self.responder(body)
         if fault in ("malformed", "length"):
             content = content[: len(content) // 2] + (' "unterminated' if fault == "malformed" else "")
@@ -155,7 +167,8 @@ HTML_PAGE = "<!DOCTYPE html><html><head><title>Sign in</title></head><body><p>Pl
 def _response(status: int, payload: dict | str, headers: dict[str, str]) -> bytes:
     """One complete HTTP/1.1 response (JSON, or HTML for a str payload), written in a single send."""
     data = payload.encode() if isinstance(payload, str) else json.dumps(payload).encode()
-    kind = "text/html; charset=utf-8" if isinstance(payload, str) else "application/json"
+    kind = "text/html; charset=utf-8" if isinstance(payload, str) and not isinstance(payload, RawJSON) \
+        else "application/json"
     lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", f"Content-Type: {kind}",
              f"Content-Length: {len(data)}", *(f"{k}: {v}" for k, v in headers.items())]
     return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + data
