@@ -5,9 +5,10 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from pipeline.timeline.catalog import load_taxonomy
+from pipeline.timeline.catalog import load_catalog, load_taxonomy
+from pipeline.timeline.life_state import apply, code_reason, initial_state, unmet
 from pipeline.timeline.periods import PeriodWindow, history_start, period_windows
-from schemas.catalog import InventoryItem, Taxonomy
+from schemas.catalog import Effect, InventoryItem, LifeEventSpec, Taxonomy
 from schemas.config import RunConfig
 from schemas.ids import pref_id, stable_id
 from schemas.persona import Persona
@@ -45,6 +46,13 @@ class _Simulation:
         self.last_update: dict[str, Event] = {}
         self.used_summaries: set[str] = set()
         self.tags = persona.attributes.stereotype_tags()
+        self.state = initial_state(persona.attributes)
+        catalog = load_catalog()
+        self.facets = {**catalog.item_facets(),
+                       **{(t, i.name): tuple(i.facets) for t, items in inventory.items() for i in items if i.facets}}
+        self.facet_words = catalog.facets
+        self.catalog_items = {t: [(i.name, i.facets) for i in cat.items] for t, cat in catalog.topics.items()}
+        self.effect_cache: dict[str, list[Effect]] = {}
 
     # -- initial state ---------------------------------------------------------------------------
     def initial_preferences(self, start: datetime) -> None:
@@ -101,15 +109,18 @@ class _Simulation:
         self.events.append(event)
         return event
 
-    def _summary(self, category: str) -> str:
-        options = self.tax.life_event_categories[category].summaries
-        fresh = [s for s in options if s not in self.used_summaries] or options
-        choice = self.rng.choice(fresh)
-        self.used_summaries.add(choice)
-        return choice
+    # -- life state and event choice ---------------------------------------------------------------
+    def _eligible(self, category: str | None = None) -> list[tuple[str, LifeEventSpec]]:
+        """Events whose preconditions hold now and that this persona has not lived yet, in a stable order."""
+        cats = [category] if category else sorted(self.tax.life_event_categories)
+        age = self.persona.attributes.age
+        return [(c, spec) for c in cats for spec in self.tax.life_event_categories[c].events
+                if spec.summary not in self.used_summaries and unmet(spec, self.state, age) is None]
 
-    def _life_event(self, window: PeriodWindow, category: str, time: datetime) -> Event:
-        event = self._event(window, time, "life_event", self._summary(category), category=category)
+    def _life_event(self, window: PeriodWindow, category: str, spec: LifeEventSpec, time: datetime) -> Event:
+        self.used_summaries.add(spec.summary)
+        apply(spec, self.state)
+        event = self._event(window, time, "life_event", spec.summary, category=category)
         earlier = [
             e
             for e in self.events
@@ -121,67 +132,118 @@ class _Simulation:
         return event
 
     def background(self, window: PeriodWindow) -> None:
-        categories = sorted(self.tax.life_event_categories)
         times = sorted(_minutes_into(window, 0.0, 1.0, self.rng) for _ in range(self.s.background_events))
         for time in times:
-            self._life_event(window, self.rng.choice(categories), time)
+            categories = sorted({c for c, _ in self._eligible()})
+            if not categories:
+                return
+            category, spec = self.rng.choice(self._eligible(self.rng.choice(categories)))
+            self._life_event(window, category, spec, time)
 
     def period(self, window: PeriodWindow) -> None:
+        """Topics picked to change; each gets a life event whose effects name it and find an item."""
         changed: set[str] = set()
-        for category, topics in self._groups():
-            life = self._life_event(window, category, _minutes_into(window, 0.0, 0.6, self.rng))
-            for topic in topics:
-                self._update(window, life, topic, changed)
+        targets = [t for t in self.config.topics if self.rng.random() < self.s.topic_update_probability]
+        self.rng.shuffle(targets)
+        done: set[str] = set()
+        for first in targets:
+            if first in done:
+                continue
+            found = self._cause_for(first, changed)
+            if found is None:
+                continue
+            category, spec, plan = found
+            changes = [plan]
+            if self.s.max_topics_per_event > 1 and self.rng.random() < self.s.cross_topic_fraction:
+                # the event's other topics, the period's own targets first; a change outside them takes
+                # the place of a target not reached yet, so a period changes as many topics as before
+                named = {e.topic for e in self._effects(spec)} & set(self.config.topics)
+                others = sorted(named - done - {first})
+                self.rng.shuffle(others)
+                others.sort(key=lambda t: t not in targets)
+                for topic in others:
+                    if len(changes) >= self.s.max_topics_per_event:
+                        break
+                    extra = self._pick_change(topic, spec, changed | {c[1] for c in changes}) or self._pick_change(
+                        topic, spec, changed | {c[1] for c in changes}, "fresh")
+                    if extra is not None:
+                        changes.append(extra)
+                        if topic not in targets:
+                            pending = [t for t in targets if t not in done and t != first
+                                       and t not in {c[0].topic for c in changes}]
+                            if pending:
+                                done.add(pending[-1])
+            life = self._life_event(window, category, spec, _minutes_into(window, 0.0, 0.6, self.rng))
+            for change in changes:
+                done.add(change[0].topic)
+                self._update(window, life, spec, change, changed)
         self._routines(window)
 
-    def _groups(self) -> list[tuple[str, list[str]]]:
-        """Which topics change this period, grouped into life events (some cross-topic)."""
-        cats = self.tax.life_event_categories
-        remaining = [t for t in self.config.topics if self.rng.random() < self.s.topic_update_probability]
-        self.rng.shuffle(remaining)
-        groups = []
-        while remaining:
-            first = remaining.pop(0)
-            own = sorted(c for c, cat in cats.items() if first in cat.topics) or sorted(cats)
-            cross = [c for c in own if any(t in cats[c].topics for t in remaining)]
-            if cross and self.s.max_topics_per_event > 1 and self.rng.random() < self.s.cross_topic_fraction:
-                category = self.rng.choice(cross)
-                others = [t for t in remaining if t in cats[category].topics]
-                extra = self.rng.sample(others, self.rng.randint(1, min(len(others), self.s.max_topics_per_event - 1)))
-                remaining = [t for t in remaining if t not in extra]
-                groups.append((category, [first, *extra]))
-            else:
-                groups.append((self.rng.choice(own), [first]))
-        return groups
+    def _effects(self, spec: LifeEventSpec) -> list[Effect]:
+        if spec.summary not in self.effect_cache:
+            self.effect_cache[spec.summary] = spec.parsed_effects(self.tax.topic_aliases)
+        return self.effect_cache[spec.summary]
 
-    def _pick_preference(self, topic: str, changed: set[str]) -> tuple[str, str] | None:
-        """(item, new stance) for the preference this topic changes, or None when nothing can change."""
-        open_chains = [
-            c for pid, c in self.chains.items() if c[0].topic == topic and pid not in changed and len(c) < self.s.max_versions
-        ]
-        long = [c for c in open_chains if len(c) >= 2]
-        if long and self.rng.random() < self.s.continue_chain_probability:
-            chain = self.rng.choice(long)
-        elif self.rng.random() < self.s.new_item_fraction and (item := self._unused_item(topic)):
-            return item.name, "like" if self.rng.random() < self.s.like_probability else "dislike"
-        elif open_chains:
-            chain = self.rng.choice(open_chains)
-        else:
-            return None
-        return chain[-1].item, "dislike" if chain[-1].stance == "like" else "like"
+    def _cause_for(self, topic: str, changed: set[str]):
+        """(category, event, change) for a life event that can change ``topic`` now, or None.
 
-    def _update(self, window: PeriodWindow, life: Event, topic: str, changed: set[str]) -> None:
-        picked = self._pick_preference(topic, changed)
-        if picked is None:
-            return
-        item, stance = picked
-        pid = pref_id(self.persona.persona_id, topic, item)
+        Most changes turn a held preference around (a longer chain first, when one fits); the rest, or
+        where no held item carries a pushed facet, start a view on a new item."""
+        candidates = [(c, spec) for c, spec in self._eligible() if any(e.topic == topic for e in self._effects(spec))]
+        self.rng.shuffle(candidates)
+        modes = ["fresh", "held"]
+        if self.rng.random() >= self.s.new_item_fraction:
+            modes = ["long", "held", "fresh"] if self.rng.random() < self.s.continue_chain_probability else ["held", "fresh"]
+        for mode in modes:
+            for category, spec in candidates:
+                plan = self._pick_change(topic, spec, changed, mode)
+                if plan is not None:
+                    return category, spec, plan
+        return None
+
+    def _pick_change(self, topic: str, spec: LifeEventSpec, changed: set[str], mode: str = "held"):
+        """(effect, pref_id, item, new stance) for one of the event's effects on ``topic``, or None.
+
+        A facet pushed up turns a held dislike of an item with that facet into a like (mode held, or
+        long: a chain of 2+ versions), or adds a like of a new item (mode fresh); pushed down, a held
+        like becomes a dislike, or a new item becomes a dislike."""
+        effects = [e for e in self._effects(spec) if e.topic == topic]
+        self.rng.shuffle(effects)
+        for effect in effects:
+            want = "like" if effect.direction == "+" else "dislike"
+            if mode == "fresh":
+                fresh = self._fresh_items(topic, effect.facet)
+                if fresh:
+                    item = self.rng.choice(fresh)
+                    return effect, pref_id(self.persona.persona_id, topic, item), item, want
+                continue
+            held = [c for pid, c in self.chains.items() if c[0].topic == topic and pid not in changed
+                    and len(c) < self.s.max_versions and c[-1].stance != want and c[-1].valid_to is None
+                    and (mode != "long" or len(c) >= 2) and effect.facet in self.facets.get((topic, c[0].item), ())]
+            if held:
+                chain = self.rng.choice(held)
+                return effect, chain[0].pref_id, chain[0].item, want
+        return None
+
+    def _fresh_items(self, topic: str, facet: str) -> list[str]:
+        """Items with ``facet`` the persona holds no view on: its inventory's first, else the catalog's."""
+        used = {c[0].item for c in self.chains.values() if c[0].topic == topic}
+        own = [i.name for i in self.inventory[topic] if i.name not in used and facet in self.facets.get((topic, i.name), ())]
+        if own:
+            return own
+        return [name for name, facets in self.catalog_items.get(topic, []) if name not in used and facet in facets]
+
+    def _update(self, window: PeriodWindow, life: Event, spec: LifeEventSpec, change, changed: set[str]) -> None:
+        effect, pid, item, stance = change
+        topic = effect.topic
         when = life.time + timedelta(minutes=30) + (_minutes_into(window, 0.0, 0.2, self.rng) - window.events_start)
         verb = "started to like" if stance == "like" else "went off"
-        update = self._event(window, when, "preference_update", f"{verb} {item}", topic=topic, category=life.category)
+        update = self._event(window, when, "preference_update", f"{verb} {item}", topic=topic, category=life.category,
+                             cause_event_id=life.event_id, facet=effect.facet, direction=effect.direction)
         previous = [v.key for v in self.chains.get(pid, [])[-1:]]
         version = self._add_version(topic, item, stance, when + timedelta(minutes=10), update)
-        version.reason = f"{self.persona.name} {life.summary}"
+        words = self.facet_words.get(topic, {}).get(effect.facet, effect.facet)
+        version.reason = code_reason(spec.summary, item, stance, words, effect.direction)
         update.pref_refs = [*previous, version.key]
         self.edges.append(EventEdge(parent_event_id=life.event_id, child_event_id=update.event_id, relation="causes"))
         if pid in self.last_update:
