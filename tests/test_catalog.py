@@ -86,3 +86,18 @@ def test_unknown_facet_of_a_catalog_item_names_file_and_line(tmp_path):
 def test_unknown_topic_is_named():
     with pytest.raises(ValueError, match="unknown topic.*cooking"):
         catalog_inventory(["foodRecommendation", "cooking"])
+
+
+def test_event_summaries_and_code_reasons_carry_no_stance_of_their_own():
+    """A reason is voiced in the user turn that states the new stance: nothing in it may read as the opposite."""
+    from pipeline.text.stance import expressed, stance_problem
+    from pipeline.timeline.life_state import code_reason
+
+    tax, catalog = load_taxonomy(), load_catalog()
+    assert [s for s in tax.event_specs() if expressed(s)] == []
+    for topic, vocabulary in catalog.facets.items():
+        for facet, words in vocabulary.items():
+            assert expressed(words) == set(), (topic, facet)
+            for direction, stance in (("+", "like"), ("-", "dislike")):
+                reason = code_reason("was diagnosed with type 2 diabetes", "dark chocolate truffles", stance, words, direction)
+                assert stance_problem(reason, "dark chocolate truffles", stance) is None, reason

@@ -115,7 +115,8 @@ def _stem(word: str) -> str:
 def names(reason: str, phrase: str) -> bool:
     """True when ``reason`` uses at least one content word of ``phrase`` (compared by their first letters)."""
     said = {_stem(w) for w in keywords(reason)}
-    return any(_stem(w) in said for w in keywords(phrase))
+    wanted = keywords(phrase) or {w.casefold() for w in re.findall(r"\w+", phrase)}
+    return any(_stem(w) in said or w in reason.casefold().split() for w in wanted)
 
 
 def gist(spec: LifeEventSpec) -> str:
