@@ -15,6 +15,9 @@ from schemas.persona import Persona
 from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline
 
 
+CANDIDATE_WINDOW = 6  # events weighed against each other for a held preference they can turn around
+
+
 def simulate_timeline(
     persona: Persona, inventory: dict[str, list[InventoryItem]], *, config: RunConfig, rng: random.Random
 ) -> Timeline:
@@ -53,6 +56,7 @@ class _Simulation:
         self.facet_words = catalog.facets
         self.catalog_items = {t: [(i.name, i.facets) for i in cat.items] for t, cat in catalog.topics.items()}
         self.effect_cache: dict[str, list[Effect]] = {}
+        self.topic_set = set(config.topics)
 
     # -- initial state ---------------------------------------------------------------------------
     def initial_preferences(self, start: datetime) -> None:
@@ -131,20 +135,34 @@ class _Simulation:
             self.edges.append(EventEdge(parent_event_id=parent.event_id, child_event_id=event.event_id, relation="causes"))
         return event
 
+    def _reach(self, spec: LifeEventSpec) -> int:
+        """How many of the run's topics the event's effects name."""
+        return len({e.topic for e in self._effects(spec)} & self.topic_set)
+
+    def _weighted_order(self, candidates: list[tuple[str, LifeEventSpec]], weight) -> list[tuple[str, LifeEventSpec]]:
+        """A seeded random order in which heavier candidates tend to come first (Efraimidis-Spirakis keys)."""
+        keyed = [(self.rng.random() ** (1.0 / weight(spec)), i) for i, (_, spec) in enumerate(candidates)]
+        return [candidates[i] for _, i in sorted(keyed, reverse=True)]
+
     def background(self, window: PeriodWindow) -> None:
+        """Life before the first conversations: events that change no preference, those that touch few of
+        the run's topics first (the others are drawn later, as causes of changes)."""
         times = sorted(_minutes_into(window, 0.0, 1.0, self.rng) for _ in range(self.s.background_events))
         for time in times:
-            categories = sorted({c for c, _ in self._eligible()})
-            if not categories:
+            eligible = self._eligible()
+            if not eligible:
                 return
-            category, spec = self.rng.choice(self._eligible(self.rng.choice(categories)))
+            category, spec = self._weighted_order(eligible, lambda spec: 1.0 / (1 + self._reach(spec)) ** 2)[0]
             self._life_event(window, category, spec, time)
 
     def period(self, window: PeriodWindow) -> None:
-        """Topics picked to change; each gets a life event whose effects name it and find an item."""
+        """Topics picked to change; each gets a life event whose effects name it and find an item.
+
+        Events are drawn in time order, so each one's preconditions hold on the state its predecessors left."""
         changed: set[str] = set()
         targets = [t for t in self.config.topics if self.rng.random() < self.s.topic_update_probability]
         self.rng.shuffle(targets)
+        times = sorted(_minutes_into(window, 0.0, 0.6, self.rng) for _ in targets)
         done: set[str] = set()
         for first in targets:
             if first in done:
@@ -173,7 +191,7 @@ class _Simulation:
                                        and t not in {c[0].topic for c in changes}]
                             if pending:
                                 done.add(pending[-1])
-            life = self._life_event(window, category, spec, _minutes_into(window, 0.0, 0.6, self.rng))
+            life = self._life_event(window, category, spec, times.pop(0))
             for change in changes:
                 done.add(change[0].topic)
                 self._update(window, life, spec, change, changed)
@@ -187,18 +205,24 @@ class _Simulation:
     def _cause_for(self, topic: str, changed: set[str]):
         """(category, event, change) for a life event that can change ``topic`` now, or None.
 
-        Most changes turn a held preference around (a longer chain first, when one fits); the rest, or
-        where no held item carries a pushed facet, start a view on a new item."""
+        Events are tried in a weighted random order, a few at a time: among those few, a change that turns
+        a held preference around comes first (a longer chain first, when one fits), else one that starts a
+        view on a new item. Small windows keep every event's share even; the modes keep chains long."""
         candidates = [(c, spec) for c, spec in self._eligible() if any(e.topic == topic for e in self._effects(spec))]
-        self.rng.shuffle(candidates)
+        # an event naming several of the run's topics is a candidate for each, and one with several effects
+        # on this topic finds an item more often: weigh it down by both, so every event gets its turn
+        candidates = self._weighted_order(candidates, lambda spec: 1.0 / max(1, self._reach(spec)) / sum(
+            e.topic == topic for e in self._effects(spec)))
         modes = ["fresh", "held"]
         if self.rng.random() >= self.s.new_item_fraction:
             modes = ["long", "held", "fresh"] if self.rng.random() < self.s.continue_chain_probability else ["held", "fresh"]
-        for mode in modes:
-            for category, spec in candidates:
-                plan = self._pick_change(topic, spec, changed, mode)
-                if plan is not None:
-                    return category, spec, plan
+        for start in range(0, len(candidates), CANDIDATE_WINDOW):
+            window = candidates[start:start + CANDIDATE_WINDOW]
+            for mode in modes:
+                for category, spec in window:
+                    plan = self._pick_change(topic, spec, changed, mode)
+                    if plan is not None:
+                        return category, spec, plan
         return None
 
     def _pick_change(self, topic: str, spec: LifeEventSpec, changed: set[str], mode: str = "held"):
