@@ -15,7 +15,7 @@ from schemas.persona import Persona
 from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline
 
 
-CANDIDATE_WINDOW = 6  # events weighed against each other for a held preference they can turn around
+CANDIDATE_WINDOW = 4  # events weighed against each other for a held preference they can turn around
 
 
 def simulate_timeline(
@@ -152,7 +152,7 @@ class _Simulation:
             eligible = self._eligible()
             if not eligible:
                 return
-            category, spec = self._weighted_order(eligible, lambda spec: 1.0 / (1 + self._reach(spec)) ** 2)[0]
+            category, spec = self._weighted_order(eligible, lambda spec: 1.0 / (1 + self._reach(spec)))[0]
             self._life_event(window, category, spec, time)
 
     def period(self, window: PeriodWindow) -> None:
