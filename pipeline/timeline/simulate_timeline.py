@@ -14,8 +14,36 @@ from schemas.ids import pref_id, stable_id
 from schemas.persona import Persona
 from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline
 
-
 CANDIDATE_WINDOW = 4  # events weighed against each other for a held preference they can turn around
+
+
+class _EventIndex:
+    """The taxonomy's events with their parsed effects, and per run topic list their reach: built once."""
+
+    def __init__(self, taxonomy: Taxonomy, topics: tuple[str, ...]):
+        self.events = [(c, spec) for c in sorted(taxonomy.life_event_categories)
+                       for spec in taxonomy.life_event_categories[c].events]
+        self.effects = {spec.summary: spec.parsed_effects(taxonomy.topic_aliases) for _, spec in self.events}
+        self.topics = {k: {e.topic for e in v} for k, v in self.effects.items()}
+        self.reach = {k: len(v & set(topics)) for k, v in self.topics.items()}
+        self.per_topic = {(k, e.topic): sum(x.topic == e.topic for x in v) for k, v in self.effects.items() for e in v}
+
+
+_INDEXES: dict[tuple[int, tuple[str, ...]], _EventIndex] = {}
+_FACETS: dict[int, dict] = {}
+
+
+def _catalog_facets(catalog) -> dict:
+    if id(catalog) not in _FACETS:
+        _FACETS[id(catalog)] = catalog.item_facets()
+    return _FACETS[id(catalog)]
+
+
+def _event_index(taxonomy: Taxonomy, topics: list[str]) -> _EventIndex:
+    key = (id(taxonomy), tuple(topics))
+    if key not in _INDEXES:
+        _INDEXES[key] = _EventIndex(taxonomy, tuple(topics))
+    return _INDEXES[key]
 
 
 def simulate_timeline(
@@ -51,12 +79,11 @@ class _Simulation:
         self.tags = persona.attributes.stereotype_tags()
         self.state = initial_state(persona.attributes)
         catalog = load_catalog()
-        self.facets = {**catalog.item_facets(),
+        self.facets = {**_catalog_facets(catalog),
                        **{(t, i.name): tuple(i.facets) for t, items in inventory.items() for i in items if i.facets}}
         self.facet_words = catalog.facets
         self.catalog_items = {t: [(i.name, i.facets) for i in cat.items] for t, cat in catalog.topics.items()}
-        self.effect_cache: dict[str, list[Effect]] = {}
-        self.topic_set = set(config.topics)
+        self.index = _event_index(taxonomy, config.topics)
 
     # -- initial state ---------------------------------------------------------------------------
     def initial_preferences(self, start: datetime) -> None:
@@ -114,11 +141,10 @@ class _Simulation:
         return event
 
     # -- life state and event choice ---------------------------------------------------------------
-    def _eligible(self, category: str | None = None) -> list[tuple[str, LifeEventSpec]]:
+    def _eligible(self) -> list[tuple[str, LifeEventSpec]]:
         """Events whose preconditions hold now and that this persona has not lived yet, in a stable order."""
-        cats = [category] if category else sorted(self.tax.life_event_categories)
         age = self.persona.attributes.age
-        return [(c, spec) for c in cats for spec in self.tax.life_event_categories[c].events
+        return [(c, spec) for c, spec in self.index.events
                 if spec.summary not in self.used_summaries and unmet(spec, self.state, age) is None]
 
     def _life_event(self, window: PeriodWindow, category: str, spec: LifeEventSpec, time: datetime) -> Event:
@@ -137,7 +163,7 @@ class _Simulation:
 
     def _reach(self, spec: LifeEventSpec) -> int:
         """How many of the run's topics the event's effects name."""
-        return len({e.topic for e in self._effects(spec)} & self.topic_set)
+        return self.index.reach[spec.summary]
 
     def _weighted_order(self, candidates: list[tuple[str, LifeEventSpec]], weight) -> list[tuple[str, LifeEventSpec]]:
         """A seeded random order in which heavier candidates tend to come first (Efraimidis-Spirakis keys)."""
@@ -198,9 +224,7 @@ class _Simulation:
         self._routines(window)
 
     def _effects(self, spec: LifeEventSpec) -> list[Effect]:
-        if spec.summary not in self.effect_cache:
-            self.effect_cache[spec.summary] = spec.parsed_effects(self.tax.topic_aliases)
-        return self.effect_cache[spec.summary]
+        return self.index.effects[spec.summary]
 
     def _cause_for(self, topic: str, changed: set[str]):
         """(category, event, change) for a life event that can change ``topic`` now, or None.
@@ -208,11 +232,11 @@ class _Simulation:
         Events are tried in a weighted random order, a few at a time: among those few, a change that turns
         a held preference around comes first (a longer chain first, when one fits), else one that starts a
         view on a new item. Small windows keep every event's share even; the modes keep chains long."""
-        candidates = [(c, spec) for c, spec in self._eligible() if any(e.topic == topic for e in self._effects(spec))]
+        candidates = [(c, spec) for c, spec in self._eligible() if topic in self.index.topics[spec.summary]]
         # an event naming several of the run's topics is a candidate for each, and one with several effects
         # on this topic finds an item more often: weigh it down by both, so every event gets its turn
-        candidates = self._weighted_order(candidates, lambda spec: 1.0 / max(1, self._reach(spec)) / sum(
-            e.topic == topic for e in self._effects(spec)))
+        candidates = self._weighted_order(candidates, lambda spec: 1.0 / max(1, self._reach(spec)) / self.index.per_topic[
+            (spec.summary, topic)])
         modes = ["fresh", "held"]
         if self.rng.random() >= self.s.new_item_fraction:
             modes = ["long", "held", "fresh"] if self.rng.random() < self.s.continue_chain_probability else ["held", "fresh"]
