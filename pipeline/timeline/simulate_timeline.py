@@ -15,6 +15,7 @@ from schemas.persona import Persona
 from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline
 
 CANDIDATE_WINDOW = 4  # events weighed against each other for a held preference they can turn around
+HELD_WINDOWS = 2  # ... and how many windows ahead an event may come from to turn a held preference
 
 
 class _EventIndex:
@@ -241,9 +242,11 @@ class _Simulation:
         if self.rng.random() >= self.s.new_item_fraction:
             modes = ["long", "held", "fresh"] if self.rng.random() < self.s.continue_chain_probability else ["held", "fresh"]
         for start in range(0, len(candidates), CANDIDATE_WINDOW):
-            window = candidates[start:start + CANDIDATE_WINDOW]
             for mode in modes:
-                for category, spec in window:
+                # a held preference may be turned by any of the next few windows' events; a new view only
+                # by this window's, so one with rare effects is not drawn for every persona
+                span = CANDIDATE_WINDOW * (HELD_WINDOWS if mode != "fresh" else 1)
+                for category, spec in candidates[start:start + span]:
                     plan = self._pick_change(topic, spec, changed, mode)
                     if plan is not None:
                         return category, spec, plan
