@@ -117,6 +117,7 @@ class LifeEventSpec(Strict):
     excludes: dict[str, list[str]] = Field(default_factory=dict, description="dimension -> none of these values")
     sets: dict[str, str] = Field(default_factory=dict, description="dimension -> its value after the event")
     effects: list[str] = Field(default_factory=list, description='"<topic alias> <facet> <+|->" each')
+    weight: float = Field(default=1.0, gt=0, description="relative chance of being drawn among the eligible")
 
     def parsed_effects(self, aliases: dict[str, str]) -> list[Effect]:
         out = []

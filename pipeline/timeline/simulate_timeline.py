@@ -179,7 +179,7 @@ class _Simulation:
             eligible = self._eligible()
             if not eligible:
                 return
-            category, spec = self._weighted_order(eligible, lambda spec: 1.0 / (1 + self._reach(spec)))[0]
+            category, spec = self._weighted_order(eligible, lambda spec: spec.weight / (1 + self._reach(spec)))[0]
             self._life_event(window, category, spec, time)
 
     def period(self, window: PeriodWindow) -> None:
@@ -236,7 +236,7 @@ class _Simulation:
         candidates = [(c, spec) for c, spec in self._eligible() if topic in self.index.topics[spec.summary]]
         # an event naming several of the run's topics is a candidate for each, and one with several effects
         # on this topic finds an item more often: weigh it down by both, so every event gets its turn
-        candidates = self._weighted_order(candidates, lambda spec: 1.0 / max(1, self._reach(spec)) / self.index.per_topic[
+        candidates = self._weighted_order(candidates, lambda spec: spec.weight / max(1, self._reach(spec)) / self.index.per_topic[
             (spec.summary, topic)])
         modes = ["fresh", "held"]
         if self.rng.random() >= self.s.new_item_fraction:
