@@ -28,6 +28,14 @@ class _EventIndex:
         self.topics = {k: {e.topic for e in v} for k, v in self.effects.items()}
         self.reach = {k: len(v & set(topics)) for k, v in self.topics.items()}
         self.per_topic = {(k, e.topic): sum(x.topic == e.topic for x in v) for k, v in self.effects.items() for e in v}
+        self._allowed: dict[tuple, list[tuple[str, LifeEventSpec]]] = {}
+
+    def allowed(self, state: dict[str, str], age: int | None) -> list[tuple[str, LifeEventSpec]]:
+        """The events whose preconditions hold in ``state`` at ``age`` (memoized: states repeat a lot)."""
+        key = (tuple(sorted(state.items())), age)
+        if key not in self._allowed:
+            self._allowed[key] = [(c, spec) for c, spec in self.events if unmet(spec, state, age) is None]
+        return self._allowed[key]
 
 
 _INDEXES: dict[tuple[int, tuple[str, ...]], _EventIndex] = {}
@@ -144,9 +152,8 @@ class _Simulation:
     # -- life state and event choice ---------------------------------------------------------------
     def _eligible(self) -> list[tuple[str, LifeEventSpec]]:
         """Events whose preconditions hold now and that this persona has not lived yet, in a stable order."""
-        age = self.persona.attributes.age
-        return [(c, spec) for c, spec in self.index.events
-                if spec.summary not in self.used_summaries and unmet(spec, self.state, age) is None]
+        return [(c, spec) for c, spec in self.index.allowed(self.state, self.persona.attributes.age)
+                if spec.summary not in self.used_summaries]
 
     def _life_event(self, window: PeriodWindow, category: str, spec: LifeEventSpec, time: datetime) -> Event:
         self.used_summaries.add(spec.summary)
