@@ -270,7 +270,7 @@ class _Simulation:
         for effect in effects:
             want = "like" if effect.direction == "+" else "dislike"
             if mode == "fresh":
-                fresh = self._fresh_items(topic, effect.facet)
+                fresh = self._best(topic, effects, effect, self._fresh_items(topic, effect.facet))
                 if fresh:
                     item = self.rng.choice(fresh)
                     return effect, pref_id(self.persona.persona_id, topic, item), item, want
@@ -278,10 +278,23 @@ class _Simulation:
             held = [c for pid, c in self.chains.items() if c[0].topic == topic and pid not in changed
                     and len(c) < self.s.max_versions and c[-1].stance != want and c[-1].valid_to is None
                     and (mode != "long" or len(c) >= 2) and effect.facet in self.facets.get((topic, c[0].item), ())]
+            best = set(self._best(topic, effects, effect, [c[0].item for c in held]))
+            held = [c for c in held if c[0].item in best]
             if held:
                 chain = self.rng.choice(held)
                 return effect, chain[0].pref_id, chain[0].item, want
         return None
+
+    def _best(self, topic: str, effects: list[Effect], effect: Effect, items: list[str]) -> list[str]:
+        """The items that fit the event best: none carrying a facet it pushes the other way, and of those
+        the ones carrying the most facets it pushes this way ("a big park": outdoors and solo, trail running
+        over home workouts)."""
+        same = {e.facet for e in effects if e.direction == effect.direction}
+        other = {e.facet for e in effects if e.direction != effect.direction}
+        scored = [(len(same & set(f)), name) for name in items
+                  if not (other & set(f := self.facets.get((topic, name), ())))]
+        top = max((score for score, _ in scored), default=0)
+        return [name for score, name in scored if score == top and top > 0]
 
     def _fresh_items(self, topic: str, facet: str) -> list[str]:
         """Items with ``facet`` the persona holds no view on: its inventory's first, else the catalog's."""
