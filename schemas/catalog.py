@@ -15,10 +15,12 @@ class Strict(BaseModel):
 
 
 class InventoryItem(Strict):
-    """A concrete thing a persona can like or dislike in one topic, with stereotype tags."""
+    """A concrete thing a persona can like or dislike in one topic, with stereotype tags and facets
+    (catalog items only: a model-written item has none, so no life event changes it)."""
 
     name: str = Field(min_length=1)
     tags: list[str] = Field(default_factory=list)
+    facets: list[str] = Field(default_factory=list)
 
 
 class CatalogItem(InventoryItem):
@@ -38,6 +40,8 @@ class TopicCatalog(Strict):
 
 class Catalog(Strict):
     version: int
+    facets: dict[str, dict[str, str]] = Field(
+        default_factory=dict, description="topic -> facet -> its plain words (the closed facet vocabulary)")
     topics: dict[str, TopicCatalog]
 
     @model_validator(mode="after")
@@ -50,6 +54,10 @@ class Catalog(Strict):
                     raise ValueError(f"catalog item {item.name!r} appears in {seen[key]} and {topic}")
                 seen[key] = topic
         return self
+
+    def item_facets(self) -> dict[tuple[str, str], list[str]]:
+        """(topic, item name) -> the item's facets."""
+        return {(t, i.name): list(i.facets) for t, cat in self.topics.items() for i in cat.items}
 
 
 class Weighted(Strict):
@@ -73,6 +81,14 @@ class Occupation(Weighted):
 class LifeStage(Weighted):
     min_age: int
     max_age: int
+    occupation_groups: list[str] = Field(default_factory=list, description="allowed groups; empty: any")
+    excluded_groups: list[str] = Field(default_factory=list)
+    households: list[str] = Field(default_factory=list, description="allowed households; empty: any")
+
+
+class Household(Weighted):
+    min_age: int = 18
+    max_age: int = 120
 
 
 class FirstName(Strict):
@@ -80,9 +96,43 @@ class FirstName(Strict):
     gender: Literal["woman", "man", "any"]
 
 
+Direction = Literal["+", "-"]
+
+
+class Effect(Strict):
+    """A life event pushes one facet of one topic toward like (+) or dislike (-)."""
+
+    topic: str
+    facet: str
+    direction: Direction
+
+
+class LifeEventSpec(Strict):
+    """One event summary with its preconditions on the life state and its effects on state and items."""
+
+    summary: str = Field(min_length=1)
+    gist: str | None = Field(default=None, description="words a reason must name; default: the summary's own")
+    age: tuple[int, int] = (18, 90)
+    requires: dict[str, list[str]] = Field(default_factory=dict, description="dimension -> any of these values")
+    excludes: dict[str, list[str]] = Field(default_factory=dict, description="dimension -> none of these values")
+    sets: dict[str, str] = Field(default_factory=dict, description="dimension -> its value after the event")
+    effects: list[str] = Field(default_factory=list, description='"<topic alias> <facet> <+|->" each')
+    weight: float = Field(default=1.0, gt=0, description="relative chance of being drawn among the eligible")
+
+    def parsed_effects(self, aliases: dict[str, str]) -> list[Effect]:
+        out = []
+        for text in self.effects:
+            topic, facet, direction = text.split()
+            out.append(Effect(topic=aliases.get(topic, topic), facet=facet, direction=direction))
+        return out
+
+
 class EventCategory(Strict):
-    topics: list[str] = Field(min_length=1)
-    summaries: list[str] = Field(min_length=1)
+    events: list[LifeEventSpec] = Field(min_length=1)
+
+    @property
+    def summaries(self) -> list[str]:
+        return [e.summary for e in self.events]
 
 
 class Taxonomy(Strict):
@@ -94,11 +144,14 @@ class Taxonomy(Strict):
     regions: list[Weighted] = Field(min_length=1)
     occupations: list[Occupation] = Field(min_length=1)
     life_stages: list[LifeStage] = Field(min_length=1)
-    households: list[Weighted] = Field(min_length=1)
+    households: list[Household] = Field(min_length=1)
     values: list[Weighted] = Field(min_length=1)
     hobbies: list[Weighted] = Field(min_length=1)
     first_names: list[FirstName] = Field(min_length=1)
     last_names: list[str] = Field(min_length=1)
+    life_state: dict[str, list[str]] = Field(
+        default_factory=dict, description="life-state dimension -> its closed set of values")
+    topic_aliases: dict[str, str] = Field(default_factory=dict, description="short name -> catalog topic")
     life_event_categories: dict[str, EventCategory] = Field(min_length=1)
     follow_ups: dict[str, list[str]] = Field(default_factory=dict, description="parent category -> child categories")
     routine_summaries: dict[Literal["like", "dislike"], list[str]] = Field(
@@ -112,3 +165,7 @@ class Taxonomy(Strict):
                 if name not in self.life_event_categories:
                     raise ValueError(f"follow_ups.{parent}: unknown life-event category {name!r}")
         return self
+
+    def event_specs(self) -> dict[str, tuple[str, LifeEventSpec]]:
+        """summary -> (category, spec) over every category."""
+        return {e.summary: (name, e) for name, cat in self.life_event_categories.items() for e in cat.events}

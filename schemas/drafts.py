@@ -112,6 +112,7 @@ class EffectView(BaseModel):
     item: str
     old_stance: str | None
     new_stance: str
+    link: str | None = Field(default=None, description="what the event makes the person want more or less of")
 
 
 class NarrationContext(BaseModel):
@@ -122,7 +123,7 @@ class NarrationContext(BaseModel):
         "category": "health", "summary": "was diagnosed with high blood pressure",
         "causes": ["started working night shifts"],
         "effects": [{"topic": "foodRecommendation", "item": "spicy Sichuan hotpot", "old_stance": "like",
-                     "new_stance": "dislike"}],
+                     "new_stance": "dislike", "link": "less spicy food"}],
     })
 
     name: str
@@ -156,7 +157,8 @@ def _fake_narration(cls, context: NarrationContext, rng: random.Random) -> BaseM
     first = context.name.split()[0]
     narrative = (f"On {context.date} I {context.summary}. It shook up my routine more than I expected, "
                  f"and I, {first}, had to rethink a few habits.")
-    reasons = [f"After I {context.summary}, my feelings about {e.item} shifted." for e in context.effects]
+    reasons = [f"After I {context.summary}, my feelings about {e.item} shifted"
+               + (f": I want {e.link} now." if e.link else ".") for e in context.effects]
     return cls(narrative=narrative, **({"reasons": reasons} if reasons else {}))
 
 

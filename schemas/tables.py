@@ -87,6 +87,9 @@ EVENTS = _schema(
     ("summary", STR, False),
     ("narrative", STR, True),
     ("pref_refs", STR_LIST, False),
+    ("cause_event_id", STR, True),
+    ("facet", STR, True),
+    ("direction", STR, True),
 )
 EVENT_EDGES = _schema(
     ("parent_event_id", STR, False),

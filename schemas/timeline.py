@@ -38,6 +38,9 @@ class Event(BaseModel):
     summary: str
     narrative: str | None = None
     pref_refs: list[str] = Field(default_factory=list, description="preference versions it touches")
+    cause_event_id: str | None = Field(default=None, description="preference update: the life event whose effect it is")
+    facet: str | None = Field(default=None, description="preference update: the item's facet the effect pushed")
+    direction: Literal["+", "-"] | None = Field(default=None, description="+ toward like, - toward dislike")
 
 
 class EventEdge(BaseModel):
@@ -135,6 +138,7 @@ def validate_timeline(t: Timeline) -> None:
     events = _unique_events(t)
     _check_edges(t, events)
     _check_preferences(t, events)
+    _check_effects(t, events)
 
 
 def _unique_events(t: Timeline) -> dict[str, Event]:
@@ -213,3 +217,20 @@ def _check_succession(prev: PreferenceVersion, nxt: PreferenceVersion) -> None:
             f"preference {prev.pref_id}: versions {prev.version} and {nxt.version} "
             f"do not alternate stance (both {prev.stance})"
         )
+
+
+def _check_effects(t: Timeline, events: dict[str, Event]) -> None:
+    """A preference update that names its effect: caused by that life event, new stance in its direction."""
+    causes = {(e.parent_event_id, e.child_event_id) for e in t.edges if e.relation == "causes"}
+    versions = {p.key: p for p in t.preferences}
+    for e in t.events:
+        if e.kind != "preference_update" or e.cause_event_id is None:
+            continue
+        cause = events.get(e.cause_event_id)
+        if cause is None or cause.kind != "life_event" or (cause.event_id, e.event_id) not in causes:
+            raise TimelineError(f"update {e.event_id}: effect of {e.cause_event_id}, not a life event causing it")
+        if e.facet is None or e.direction is None:
+            raise TimelineError(f"update {e.event_id}: effect of {e.cause_event_id} without facet and direction")
+        new = versions.get(e.pref_refs[-1]) if e.pref_refs else None
+        if new is not None and new.stance != ("like" if e.direction == "+" else "dislike"):
+            raise TimelineError(f"update {e.event_id}: {e.facet} {e.direction} but the new stance is {new.stance}")

@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.timeline.catalog import catalog_inventory, load_catalog, load_taxonomy
+from pipeline.timeline.catalog import DATA_DIR, DataFileError, catalog_inventory, load_catalog, load_taxonomy
 from schemas.config import DEFAULT_TOPICS
 
 
@@ -22,12 +22,82 @@ def test_catalog_tags_match_taxonomy_values():
     assert used == known  # every demographic has some stereotype items
 
 
-def test_every_topic_reachable_from_a_life_event_category():
+def test_every_topic_reachable_from_life_event_effects():
     tax = load_taxonomy()
-    covered = {t for c in tax.life_event_categories.values() for t in c.topics}
+    covered = {e.topic for _, spec in tax.event_specs().values() for e in spec.parsed_effects(tax.topic_aliases)}
     assert set(DEFAULT_TOPICS) <= covered
+
+
+def test_every_facet_is_carried_by_an_item_and_pushed_by_an_event():
+    catalog, tax = load_catalog(), load_taxonomy()
+    pushed = {(e.topic, e.facet) for _, spec in tax.event_specs().values() for e in spec.parsed_effects(tax.topic_aliases)}
+    for topic, vocabulary in catalog.facets.items():
+        carried = {f for i in catalog.topics[topic].items for f in i.facets}
+        assert carried == set(vocabulary), topic
+        assert {(topic, f) for f in vocabulary} <= pushed, topic
+    assert all(i.facets for t in catalog.topics.values() for i in t.items)
+
+
+def _taxonomy_copy(tmp_path, old: str, new: str):
+    text = (DATA_DIR / "taxonomy.yaml").read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / "taxonomy.yaml"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    line = text[: text.index(old)].count("\n") + 1
+    return path, line
+
+
+@pytest.mark.parametrize(("old", "new", "message"), [
+    ('sets: {work: retired}, effects: [finance retirement +', 'sets: {work: pensioner}, effects: [finance retirement +',
+     "work has no value 'pensioner'"),
+    ('requires: {work: [working]}, sets: {work: retired}', 'requires: {job: [working]}, sets: {work: retired}',
+     "unknown life-state dimension 'job'"),
+    ('effects: [finance retirement +, travel restful +', 'effects: [finance pension +, travel restful +',
+     "has no facet 'pension'"),
+    ('gist: "retired", age: [58, 75]', 'gist: "retired", age: [95, 99]', "can never happen: ages 95-99"),
+])
+def test_taxonomy_errors_name_file_and_line(tmp_path, old, new, message):
+    path, line = _taxonomy_copy(tmp_path, old, new)
+    with pytest.raises(DataFileError, match=rf"{tmp_path}/taxonomy.yaml:{line}: .*{message}"):
+        load_taxonomy(path)
+
+
+def test_an_event_requiring_an_unreachable_state_is_rejected(tmp_path):
+    # nothing starts or ends in a retirement community except the one event that moves there: require it
+    # for that event itself and no persona can ever live it
+    path, _ = _taxonomy_copy(tmp_path, 'requires: {work: [retired]}, sets: {home: retirement_community}',
+                             'requires: {home: [retirement_community], work: [student]}, sets: {home: owned}')
+    text = path.read_text(encoding="utf-8").replace('"lives in a retirement community"', '"lives in a care flat"')
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(DataFileError, match="can never happen: no persona ever has home retirement_community"):
+        load_taxonomy(path)
+
+
+def test_unknown_facet_of_a_catalog_item_names_file_and_line(tmp_path):
+    text = (DATA_DIR / "catalog.yaml").read_text(encoding="utf-8")
+    path = tmp_path / "catalog.yaml"
+    path.write_text(text.replace("facets: [solo, sleep]", "facets: [solo, snoring]", 1), encoding="utf-8")
+    line = text[: text.index("- name: journaling before bed")].count("\n") + 1
+    with pytest.raises(DataFileError, match=rf"catalog.yaml:{line}: item 'journaling before bed' of therapy: "
+                                            "unknown facet 'snoring'"):
+        load_catalog(path)
 
 
 def test_unknown_topic_is_named():
     with pytest.raises(ValueError, match="unknown topic.*cooking"):
         catalog_inventory(["foodRecommendation", "cooking"])
+
+
+def test_event_summaries_and_code_reasons_carry_no_stance_of_their_own():
+    """A reason is voiced in the user turn that states the new stance: nothing in it may read as the opposite."""
+    from pipeline.text.stance import expressed, stance_problem
+    from pipeline.timeline.life_state import code_reason
+
+    tax, catalog = load_taxonomy(), load_catalog()
+    assert [s for s in tax.event_specs() if expressed(s)] == []
+    for topic, vocabulary in catalog.facets.items():
+        for facet, words in vocabulary.items():
+            assert expressed(words) == set(), (topic, facet)
+            for direction, stance in (("+", "like"), ("-", "dislike")):
+                reason = code_reason("was diagnosed with type 2 diabetes", "dark chocolate truffles", stance, words, direction)
+                assert stance_problem(reason, "dark chocolate truffles", stance) is None, reason

@@ -40,6 +40,9 @@ def test_plan_writes_parquet_and_show_prints_a_dated_tree(tmp_path):
     shown = runner.invoke(app, ["show", persona_id, "--plan", str(out)])
     assert shown.exit_code == 0, shown.output
     assert "initial preferences" in shown.output and "2025-" in shown.output
+    # every change is printed with the event and the facet that link them
+    assert shown.output.count("why: ") == shown.output.count(" → ") + shown.output.count(" new: ") > 0
+    assert "pushes" in shown.output and "facet '" in shown.output
 
 
 def test_plan_rejects_bad_input_with_one_line(tmp_path):

@@ -25,6 +25,14 @@ def test_builtin_seed_attributes_are_consistent():
         assert stages[a.life_stage].min_age <= a.age <= stages[a.life_stage].max_age
         assert jobs[a.occupation].min_age <= a.age <= jobs[a.occupation].max_age
         assert len(set(a.hobbies)) == 3 and len(set(a.values)) == 2
+        # occupation and household agree with the life stage (no retiree with a job, no halls at 70)
+        stage, group = stages[a.life_stage], jobs[a.occupation].group
+        assert not stage.occupation_groups or group in stage.occupation_groups, (a.life_stage, a.occupation)
+        assert group not in stage.excluded_groups, (a.life_stage, a.occupation)
+        assert (group == "retired") == (a.life_stage == "retired") or a.life_stage == "empty_nester"
+        assert not stage.households or a.household in stage.households, (a.life_stage, a.household)
+        household = next(h for h in tax.households if h.value == a.household)
+        assert household.min_age <= a.age <= household.max_age, (a.household, a.age)
 
 
 def test_seed_i_does_not_depend_on_n():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -137,14 +138,35 @@ def test_apply_narrations_changes_text_not_facts(tmp_path):
     effects = effects_of(timeline)
     life = next(e for e in timeline.events if e.kind == "life_event" and effects.get(e.event_id))
     k = len(effects[life.event_id])
-    draft = narration_draft(k)(narrative="n" * 70, reasons=[f"reason number {i} because of it" for i in range(k)])
+    versions = effects[life.event_id]
+    linked = [f"reason number {i}: since I {life.summary}, {v.item} is different" for i, v in enumerate(versions)]
+    draft = narration_draft(k)(narrative="n" * 70, reasons=linked)
     out = apply_narrations(timeline, {life.event_id: draft}, effects)
     assert out.event(life.event_id).narrative == "n" * 70
     assert [(p.pref_id, p.version, p.stance, p.valid_from) for p in out.preferences] == \
            [(p.pref_id, p.version, p.stance, p.valid_from) for p in timeline.preferences]
     changed = {p.key for p in out.preferences if p.reason and p.reason.startswith("reason number")}
-    assert changed == {v.key for v in effects[life.event_id]}
+    assert changed == {v.key for v in versions}
     assert all(parse_version_key(k)[1] >= 1 for k in changed)
+    # a reason that names neither the event nor the item leaves code's reason, which states the link
+    vague = narration_draft(k)(narrative="n" * 70, reasons=["it just felt right to change my mind"] * k)
+    kept = apply_narrations(timeline, {life.event_id: vague}, effects)
+    for v in versions:
+        reason = next(p.reason for p in kept.preferences if p.key == v.key)
+        assert reason == next(p.reason for p in timeline.preferences if p.key == v.key)
+        assert v.item in reason
+
+
+def test_a_reason_must_name_the_event_gist_and_the_item():
+    from pipeline.text.narrate_events import reason_states_link
+    from schemas.timeline import Event
+
+    event = Event(event_id="e", persona_id="p", time=datetime(2025, 1, 1), period="p0", kind="life_event",
+                  summary="was diagnosed with type 2 diabetes")
+    item = "dark chocolate truffles"
+    assert reason_states_link("Since the diabetes diagnosis I save dark chocolate truffles for rare treats.", event, item)
+    assert not reason_states_link("I save dark chocolate truffles for rare treats now.", event, item)
+    assert not reason_states_link("Since the diabetes diagnosis I cut back on sweets.", event, item)
 
 
 @pytest.mark.model

@@ -1,5 +1,6 @@
 """Property tests: every invariant holds on the simulator's output over generated seeds and configs."""
 
+from collections import Counter
 from datetime import timedelta
 
 import networkx as nx
@@ -7,7 +8,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.rng import derive_rng
-from pipeline.timeline.catalog import catalog_inventory, load_taxonomy
+from pipeline.timeline.catalog import catalog_inventory, load_catalog, load_taxonomy
+from pipeline.timeline.life_state import replay
 from pipeline.timeline.periods import period_windows
 from pipeline.timeline.sample_personas import persona_from_seed, sample_builtin_seed
 from pipeline.timeline.simulate_timeline import simulate_timeline
@@ -95,3 +97,37 @@ def test_simulated_timelines_hold_every_invariant(config: RunConfig, index: int)
 @given(config=configs(), index=st.integers(0, 10_000))
 def test_same_seed_same_timeline(config: RunConfig, index: int):
     assert simulate(config, index) == simulate(config, index)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(config=configs(), index=st.integers(0, 10_000))
+def test_life_events_fit_the_life_state_and_every_change_follows_its_effect(config: RunConfig, index: int):
+    """Replayed in time order from the sampled attributes, no life event breaks a precondition or repeats;
+    every change names its event's effect, on a facet its item carries, with the stance in its direction."""
+    seed = sample_builtin_seed(index, run_seed=config.seed, taxonomy=load_taxonomy())
+    t = simulate(config, index)
+    lives = [e.summary for e in t.events if e.kind == "life_event"]
+    assert replay(seed.attributes, lives, load_taxonomy()) == []
+    facets = load_catalog().item_facets()
+    versions = {p.key: p for p in t.preferences}
+    specs = load_taxonomy().event_specs()
+    by_id = {e.event_id: e for e in t.events}
+    for e in t.events:
+        if e.kind != "preference_update":
+            continue
+        new = versions[e.pref_refs[-1]]
+        assert e.facet in facets[(new.topic, new.item)]
+        assert new.stance == ("like" if e.direction == "+" else "dislike")
+        cause = by_id[e.cause_event_id]
+        effects = specs[cause.summary][1].parsed_effects(load_taxonomy().topic_aliases)
+        assert (new.topic, e.facet, e.direction) in {(x.topic, x.facet, x.direction) for x in effects}
+
+
+def test_a_plan_of_60_personas_spreads_its_event_summaries():
+    from pipeline.config import load_config
+    from pipeline.run.plan import build_plan
+
+    plan = build_plan(load_config("default", n_personas=60, seed=7))
+    per_persona = Counter(s for t in plan.timelines for s in {e.summary for e in t.events if e.kind == "life_event"})
+    assert len(per_persona) >= 200
+    assert max(per_persona.values()) <= 0.2 * 60

@@ -106,3 +106,50 @@ def test_version_gap_and_duplicates_are_rejected():
         build(events, edges, prefs)
     with pytest.raises(TimelineError, match="duplicate event id life"):
         build(events + [ev("life", 5)], edges, good_parts()[2])
+
+
+def test_a_change_against_its_effect_direction_is_rejected():
+    events, edges, prefs = good_parts()
+    events[1] = events[1].model_copy(update={"cause_event_id": "life", "facet": "spicy", "direction": "-",
+                                            "pref_refs": ["pref_a@1", "pref_a@2"]})
+    build(events, edges, prefs)  # dislike follows a facet pushed down
+    events[1] = events[1].model_copy(update={"direction": "+"})
+    with pytest.raises(TimelineError, match="spicy \\+ but the new stance is dislike"):
+        build(events, edges, prefs)
+    events[1] = events[1].model_copy(update={"cause_event_id": "upd", "direction": "-"})
+    with pytest.raises(TimelineError, match="not a life event causing it"):
+        build(events, edges, prefs)
+
+
+def test_the_validator_replays_life_states_and_checks_effects():
+    from pipeline.dataset.validate import validate_tables
+    from pipeline.timeline.catalog import load_taxonomy
+    from pipeline.timeline.sample_personas import persona_from_seed, sample_builtin_seed
+
+    seeds = (sample_builtin_seed(i, run_seed=1, taxonomy=load_taxonomy()) for i in range(200))
+    seed = next(s for s in seeds if s.attributes.age < 40 and s.attributes.occupation_group not in ("student", "retired"))
+    persona = persona_from_seed(seed, run_seed=1)
+    pid = persona.persona_id
+
+    def life(eid, hours, summary):
+        return Event(event_id=eid, persona_id=pid, time=T0 + timedelta(hours=hours), period="WEEK", kind="life_event",
+                     summary=summary)
+
+    events = [life("a", 1, "retired after thirty years at the same company"), life("b", 2, "joined a local book club"),
+              life("c", 3, "joined a local book club"),
+              Event(event_id="u", persona_id=pid, time=T0 + timedelta(hours=4), period="WEEK", kind="preference_update",
+                    summary="went off ramen", pref_refs=["pref_a@1", "pref_a@2"], cause_event_id="b",
+                    facet="literary", direction="-")]
+    edges = [EventEdge(parent_event_id="b", child_event_id="u", relation="causes")]
+    prefs = [p.model_copy(update={"persona_id": pid}) for p in good_parts()[2]]
+    prefs[1] = prefs[1].model_copy(update={"caused_by_event_id": "u", "item": "epic fantasy series",
+                                           "topic": "bookRecommendation", "valid_from": T0 + timedelta(hours=5)})
+    prefs[0] = prefs[0].model_copy(update={"item": "epic fantasy series", "topic": "bookRecommendation",
+                                           "valid_to": T0 + timedelta(hours=5)})
+    empty = {name: [] for name in ("sessions", "turns", "queries", "contexts", "placements")}
+    report = validate_tables({"personas": [persona], "events": events, "event_edges": edges, "preferences": prefs,
+                              **empty}, period_order=["WEEK"])
+    text = "\n".join(report.errors)
+    assert f"age {seed.attributes.age} outside 58-75" in text
+    assert "'joined a local book club': happens twice" in text
+    assert "'epic fantasy series' (bookRecommendation) has no facet 'literary'" in text

@@ -113,6 +113,14 @@ def _made(manifest: Manifest) -> str:
     return ("## How it was made\n\nCode decides every fact from a seeded RNG (which preferences hold, when "
             "they change and why, which turn voices them, which option is correct); the LLM only writes "
             "the text. Token counts use tiktoken `o200k_base` plus 4 tokens per message.\n\n"
+            "How causes are chosen: each persona carries a life state (work, partner, children, home, "
+            "health, studies) that follows from its sampled attributes, and a life event is drawn only where "
+            "the taxonomy's preconditions on age and state hold; it then updates the state. Every event lists "
+            "effects, facets of a topic it pushes toward like or dislike (a diabetes diagnosis: sugary food "
+            "down), and a change picks an item carrying such a facet and turns it that way, recording the "
+            "event, facet and direction on the update (`events.cause_event_id`, `facet`, `direction`). A "
+            "model-written reason is kept only where it names the event and the item; otherwise code's reason, "
+            "which states the link, stays.\n\n"
             + _table(["item", "value"], rows))
 
 

@@ -19,6 +19,8 @@ from pipeline.dataset.fit import (
     pm_ask_tokens,
     pm_history_cap,
 )
+from pipeline.timeline.catalog import load_catalog, load_taxonomy
+from pipeline.timeline.life_state import replay
 from schemas.context import Context, Placement
 from schemas.conversation import Session, Turn
 from schemas.manifest import ValidationReport
@@ -58,6 +60,8 @@ def validate_tables(
     _unique_keys(tables, r)
     _references(tables, r)
     _timelines(tables, r)
+    _life_states(tables, r)
+    _effects(tables, r)
     turns_by = _turns_by_session(tables["turns"])
     sessions = {s.session_id: s for s in tables["sessions"]}
     _session_sums(sessions, turns_by, r)
@@ -138,6 +142,38 @@ def _timelines(t: dict[str, list[BaseModel]], r: _Report) -> None:
             Timeline(persona_id=persona_id, **rows)
         except TimelineError as exc:
             r.error(f"events/preferences: persona {persona_id}: {exc}")
+
+
+def _life_states(t: dict[str, list[BaseModel]], r: _Report) -> None:
+    """Each persona's life events, replayed in time order from the state its attributes imply, meet the
+    taxonomy's preconditions (age, required and excluded states) and never repeat."""
+    r.check("life events: preconditions of the life state hold, none repeats")
+    taxonomy = load_taxonomy()
+    lives: dict[str, list] = defaultdict(list)
+    for e in t["events"]:
+        if e.kind == "life_event":
+            lives[e.persona_id].append(e)
+    for p in t["personas"]:
+        events = sorted(lives.get(p.persona_id, []), key=lambda e: (e.time, e.event_id))
+        for problem in replay(p.attributes, [e.summary for e in events], taxonomy):
+            r.error(f"events.summary: persona {p.persona_id}: {problem}")
+
+
+def _effects(t: dict[str, list[BaseModel]], r: _Report) -> None:
+    """Every preference update names its effect: a facet its item carries, the new stance in its direction."""
+    r.check("preference updates: effect facet carried by the item, stance in the effect's direction")
+    facets = load_catalog().item_facets()
+    versions = {p.key: p for p in t["preferences"]}
+    for e in t["events"]:
+        if e.kind != "preference_update":
+            continue
+        new = versions.get(e.pref_refs[-1]) if e.pref_refs else None
+        if e.cause_event_id is None or e.facet is None or e.direction is None:
+            r.error(f"events: update {e.event_id} records no effect (event, facet, direction)")
+        elif new is not None and e.facet not in facets.get((new.topic, new.item), []):
+            r.error(f"events.facet: update {e.event_id}: {new.item!r} ({new.topic}) has no facet {e.facet!r}")
+        elif new is not None and new.stance != ("like" if e.direction == "+" else "dislike"):
+            r.error(f"events.direction: update {e.event_id}: {e.facet} {e.direction} but {new.item!r} became {new.stance}")
 
 
 def _turns_by_session(turns: list[Turn]) -> dict[str, list[Turn]]:

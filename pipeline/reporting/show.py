@@ -10,6 +10,7 @@ from rich.tree import Tree
 
 from pipeline.dataset import read_table
 from pipeline.errors import UserError
+from pipeline.timeline.catalog import load_catalog
 from schemas.persona import Persona
 from schemas.timeline import Event, Timeline
 
@@ -58,6 +59,7 @@ def timeline_tree(persona: Persona, timeline: Timeline) -> Tree:
         if edge.relation == "causes":
             children.setdefault(edge.parent_event_id, []).append(edge.child_event_id)
     versions = {p.key: p for p in timeline.preferences}
+    facet_words = load_catalog().facets
     periods: dict[str, Tree] = {}
     for e in timeline.events:
         if e.kind == "preference_update":
@@ -77,5 +79,13 @@ def timeline_tree(persona: Persona, timeline: Timeline) -> Tree:
             new = versions[child.pref_refs[-1]]
             old = versions.get(child.pref_refs[0]) if len(child.pref_refs) > 1 else None
             change = f"{old.stance} → {new.stance}" if old else f"new: {new.stance}"
-            node.add(f"{new.topic}: {escape(new.item)} {change} (v{new.version}, from {new.valid_from:%Y-%m-%d})")
+            line = node.add(f"{new.topic}: {escape(new.item)} {change} (v{new.version}, from {new.valid_from:%Y-%m-%d})")
+            if child.facet:
+                toward = "toward like" if child.direction == "+" else "toward dislike"
+                words = facet_words.get(new.topic, {}).get(child.facet)
+                plain = f" ({escape(words)})" if words else ""
+                line.add(f"[dim]why: {escape(e.summary)} pushes {new.topic} facet '{escape(child.facet)}'{plain} "
+                         f"{toward}[/]")
+            if new.reason:
+                line.add(f"[dim]reason: {escape(new.reason)}[/]")
     return root

@@ -91,11 +91,13 @@ def _beats_by_slot(timeline: Timeline, config: RunConfig, rng) -> dict[tuple[str
             slots[(e.topic, e.period)].append(Beat(kind="routine", topic=e.topic, item=versions[e.pref_refs[0]].item,
                                                    stance=versions[e.pref_refs[0]].stance, event=e.summary,
                                                    pref_versions=list(e.pref_refs), event_ids=[e.event_id]))
-    categories = load_taxonomy().life_event_categories
+    taxonomy = load_taxonomy()
+    specs = taxonomy.event_specs()
     for e in timeline.events:
         if e.kind == "life_event" and e.event_id not in voiced_life:
-            category = categories.get(e.category or "")
-            near = [t for t in category.topics if t in config.topics] if category else []
+            found = specs.get(e.summary)  # voiced in a topic its effects name
+            named = list(dict.fromkeys(x.topic for x in found[1].parsed_effects(taxonomy.topic_aliases))) if found else []
+            near = [t for t in named if t in config.topics]
             topic = rng.choice(near or config.topics)
             slots[(topic, e.period)].append(Beat(kind="life_event", topic=topic, event=e.summary, event_ids=[e.event_id]))
     return slots

@@ -9,6 +9,9 @@ from pydantic import BaseModel
 
 from pipeline.llm import LLM
 from pipeline.specs import NARRATION
+from pipeline.text.beats import mentions
+from pipeline.timeline.catalog import load_catalog, load_taxonomy
+from pipeline.timeline.life_state import gist, names
 from schemas.config import RunConfig
 from schemas.drafts import EffectView, NarrationContext, narration_draft
 from schemas.persona import Persona
@@ -32,9 +35,25 @@ def narration_context(persona: Persona, timeline: Timeline, event: Event, effect
     return NarrationContext(
         name=persona.name, profile=persona.profile, date=f"{event.time:%Y-%m-%d}", category=event.category or "life",
         summary=event.summary, causes=[p.summary for p in parents if p.kind == "life_event"],
-        effects=[EffectView(topic=v.topic, item=v.item, new_stance=v.stance, old_stance=_previous_stance(timeline, v))
-                 for v in effects],
+        effects=[EffectView(topic=v.topic, item=v.item, new_stance=v.stance, old_stance=_previous_stance(timeline, v),
+                            link=_link(timeline, v)) for v in effects],
     )
+
+
+def _link(timeline: Timeline, version: PreferenceVersion) -> str | None:
+    """ "less sugary food": the facet of the effect behind a change, in plain words."""
+    update = next((e for e in timeline.events if e.event_id == version.caused_by_event_id), None)
+    if update is None or update.facet is None:
+        return None
+    words = load_catalog().facets.get(version.topic, {}).get(update.facet, update.facet)
+    return f"{'more' if update.direction == '+' else 'less'} {words}"
+
+
+def reason_states_link(reason: str, event: Event, item: str) -> bool:
+    """A model-written reason names the event's gist and the changed item (else code's reason stays)."""
+    found = load_taxonomy().event_specs().get(event.summary)
+    gist_words = gist(found[1]) if found else event.summary
+    return mentions(reason, item) and (names(reason, gist_words) or names(reason, event.summary))
 
 
 def _previous_stance(timeline: Timeline, version: PreferenceVersion) -> str | None:
@@ -72,11 +91,16 @@ def _drafts(llm: LLM, spec, contexts: list[BaseModel], attempts: int) -> list[Ba
 
 
 def apply_narrations(timeline: Timeline, drafts: dict[str, BaseModel], effects: dict[str, list[PreferenceVersion]]) -> Timeline:
-    """A new timeline with narratives and reasons from the drafts; facts (ids, times, stances) untouched."""
+    """A new timeline with narratives and reasons from the drafts; facts (ids, times, stances) untouched.
+
+    A drafted reason replaces code's only where it names the event's gist and the item."""
     reasons: dict[str, str] = {}
     for event_id, draft in drafts.items():
+        event = timeline.event(event_id)
         for version, reason in zip(effects.get(event_id, []), getattr(draft, "reasons", []), strict=False):
-            reasons[version.key] = " ".join(reason.split())
+            reason = " ".join(reason.split())
+            if reason_states_link(reason, event, version.item):
+                reasons[version.key] = reason
     events = []
     for e in timeline.events:
         if e.event_id in drafts:

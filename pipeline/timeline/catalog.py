@@ -41,12 +41,101 @@ def load_yaml_model(path: Path, model: type):
 
 @cache
 def load_catalog(path: Path = DATA_DIR / "catalog.yaml") -> Catalog:
-    return load_yaml_model(path, Catalog)
+    catalog = load_yaml_model(path, Catalog)
+    check_facets(catalog, path)
+    return catalog
 
 
 @cache
 def load_taxonomy(path: Path = DATA_DIR / "taxonomy.yaml") -> Taxonomy:
-    return load_yaml_model(path, Taxonomy)
+    taxonomy = load_yaml_model(path, Taxonomy)
+    if taxonomy.life_state:
+        check_life_events(taxonomy, path, load_catalog())
+    return taxonomy
+
+
+def _line(path: Path, needle: str) -> str:
+    """``path:line`` of the first line holding ``needle`` (just ``path`` when none does)."""
+    try:
+        for number, text in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+            if needle in text:
+                return f"{path}:{number}"
+    except OSError:
+        pass
+    return str(path)
+
+
+def check_facets(catalog: Catalog, path: Path) -> None:
+    """Every item's facets come from its topic's closed vocabulary (when the catalog declares one)."""
+    if not catalog.facets:
+        return
+    for topic, cat in catalog.topics.items():
+        vocabulary = catalog.facets.get(topic)
+        if vocabulary is None:
+            raise DataFileError(f"{_line(path, f'  {topic}:')}: topic {topic} has no facet vocabulary")
+        for item in cat.items:
+            for facet in item.facets:
+                if facet not in vocabulary:
+                    raise DataFileError(f"{_line(path, f'name: {item.name}')}: item {item.name!r} of {topic}: "
+                                        f"unknown facet {facet!r} (known: {', '.join(vocabulary)})")
+
+
+def _initial_values(taxonomy: Taxonomy) -> dict[str, set[str]]:
+    """Every value each life-state dimension can start with, over the sampler's attribute combinations."""
+    from pipeline.timeline.life_state import initial_state
+    from schemas.persona import SeedAttributes
+
+    out: dict[str, set[str]] = {dim: set() for dim in taxonomy.life_state}
+    ages = sorted({a for band in taxonomy.age_bands for a in (band.min, band.max)})
+    for stage in taxonomy.life_stages:
+        for household in taxonomy.households:
+            for job in taxonomy.occupations:
+                for age in ages:
+                    attrs = SeedAttributes(age=age, life_stage=stage.value, household=household.value,
+                                           occupation=job.value, occupation_group=job.group)
+                    for dim, value in initial_state(attrs).items():
+                        out.setdefault(dim, set()).add(value)
+    return out
+
+
+def check_life_events(taxonomy: Taxonomy, path: Path, catalog: Catalog) -> None:
+    """Preconditions and effects use known names, and every event is one some persona could live."""
+    dims = taxonomy.life_state
+    reachable = _initial_values(taxonomy)
+    for spec in (s for _, s in taxonomy.event_specs().values()):
+        for dim, value in spec.sets.items():
+            reachable.setdefault(dim, set()).add(value)
+    lo_age = min(b.min for b in taxonomy.age_bands)
+    hi_age = max(b.max for b in taxonomy.age_bands)
+    for summary, (_, spec) in taxonomy.event_specs().items():
+        where = _line(path, f'"{summary}"')
+        named = [(dim, v) for part in (spec.requires, spec.excludes) for dim, vs in part.items() for v in vs]
+        named += list(spec.sets.items())
+        for dim, value in named:
+            if dim not in dims:
+                raise DataFileError(f"{where}: event {summary!r}: unknown life-state dimension {dim!r}")
+            if value not in dims[dim]:
+                raise DataFileError(f"{where}: event {summary!r}: {dim} has no value {value!r} "
+                                    f"(known: {', '.join(dims[dim])})")
+        for text in spec.effects:
+            parts = text.split()
+            if len(parts) != 3 or parts[2] not in ("+", "-"):
+                raise DataFileError(f"{where}: event {summary!r}: effect {text!r} is not '<topic> <facet> <+|->'")
+            topic = taxonomy.topic_aliases.get(parts[0], parts[0])
+            if topic not in catalog.topics:
+                raise DataFileError(f"{where}: event {summary!r}: effect {text!r} names an unknown topic")
+            if parts[1] not in catalog.facets.get(topic, {}):
+                raise DataFileError(f"{where}: event {summary!r}: effect {text!r}: {topic} has no facet {parts[1]!r}")
+        lo, hi = spec.age
+        why = None
+        if lo > hi or hi < lo_age or lo > hi_age:
+            why = f"ages {lo}-{hi} fit no sampled persona ({lo_age}-{hi_age})"
+        for dim, values in spec.requires.items():
+            possible = set(values) & reachable.get(dim, set()) - set(spec.excludes.get(dim, []))
+            if not possible:
+                why = f"no persona ever has {dim} {' or '.join(values)}"
+        if why:
+            raise DataFileError(f"{where}: event {summary!r} can never happen: {why}")
 
 
 def catalog_inventory(topics: list[str], catalog: Catalog | None = None) -> dict[str, list[InventoryItem]]:

@@ -44,15 +44,23 @@ def _pick_distinct(rng: random.Random, options: list[Weighted], k: int) -> list[
 
 
 def sample_builtin_seed(index: int, *, run_seed: int, taxonomy: Taxonomy) -> PersonaSeed:
-    """Draw structured attributes from the taxonomy's weights and describe them in one sentence."""
+    """Draw structured attributes from the taxonomy's weights and describe them in one sentence.
+
+    Life stage, occupation and household are drawn consistent with each other and the age (no retiree
+    with a job, no student halls at 70), so the initial life state they imply is consistent too."""
     rng = derive_rng(run_seed, "builtin_seed", index)
     band = _pick(rng, taxonomy.age_bands)
     age = rng.randint(band.min, band.max)
     gender = _pick(rng, taxonomy.gender_identities).value
     stages = [s for s in taxonomy.life_stages if s.min_age <= age <= s.max_age] or taxonomy.life_stages
-    stage = _pick(rng, stages).value
-    jobs = [o for o in taxonomy.occupations if o.min_age <= age <= o.max_age] or taxonomy.occupations
+    stage = _pick(rng, stages)
+    by_age = [o for o in taxonomy.occupations if o.min_age <= age <= o.max_age] or taxonomy.occupations
+    jobs = [o for o in by_age if (not stage.occupation_groups or o.group in stage.occupation_groups)
+            and o.group not in stage.excluded_groups] or by_age
     job = _pick(rng, jobs)
+    homes = [h for h in taxonomy.households if h.min_age <= age <= h.max_age]
+    household = _pick(rng, [h for h in homes if not stage.households or h.value in stage.households] or homes
+                      or taxonomy.households).value
     attrs = SeedAttributes(
         age=age,
         age_band=band.band,
@@ -60,8 +68,8 @@ def sample_builtin_seed(index: int, *, run_seed: int, taxonomy: Taxonomy) -> Per
         location=_pick(rng, taxonomy.regions).value,
         occupation=job.value,
         occupation_group=job.group,
-        life_stage=stage,
-        household=_pick(rng, taxonomy.households).value,
+        life_stage=stage.value,
+        household=household,
         values=_pick_distinct(rng, taxonomy.values, 2),
         hobbies=_pick_distinct(rng, taxonomy.hobbies, 3),
     )

@@ -5,13 +5,54 @@ from __future__ import annotations
 import random
 from datetime import datetime, timedelta
 
-from pipeline.timeline.catalog import load_taxonomy
+from pipeline.timeline.catalog import load_catalog, load_taxonomy
+from pipeline.timeline.life_state import apply, code_reason, initial_state, unmet
 from pipeline.timeline.periods import PeriodWindow, history_start, period_windows
-from schemas.catalog import InventoryItem, Taxonomy
+from schemas.catalog import Effect, InventoryItem, LifeEventSpec, Taxonomy
 from schemas.config import RunConfig
 from schemas.ids import pref_id, stable_id
 from schemas.persona import Persona
 from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline
+
+CANDIDATE_WINDOW = 4  # events weighed against each other for a held preference they can turn around
+HELD_WINDOWS = 2  # ... and how many windows ahead an event may come from to turn a held preference
+
+
+class _EventIndex:
+    """The taxonomy's events with their parsed effects, and per run topic list their reach: built once."""
+
+    def __init__(self, taxonomy: Taxonomy, topics: tuple[str, ...]):
+        self.events = [(c, spec) for c in sorted(taxonomy.life_event_categories)
+                       for spec in taxonomy.life_event_categories[c].events]
+        self.effects = {spec.summary: spec.parsed_effects(taxonomy.topic_aliases) for _, spec in self.events}
+        self.topics = {k: {e.topic for e in v} for k, v in self.effects.items()}
+        self.reach = {k: len(v & set(topics)) for k, v in self.topics.items()}
+        self.per_topic = {(k, e.topic): sum(x.topic == e.topic for x in v) for k, v in self.effects.items() for e in v}
+        self._allowed: dict[tuple, list[tuple[str, LifeEventSpec]]] = {}
+
+    def allowed(self, state: dict[str, str], age: int | None) -> list[tuple[str, LifeEventSpec]]:
+        """The events whose preconditions hold in ``state`` at ``age`` (memoized: states repeat a lot)."""
+        key = (tuple(sorted(state.items())), age)
+        if key not in self._allowed:
+            self._allowed[key] = [(c, spec) for c, spec in self.events if unmet(spec, state, age) is None]
+        return self._allowed[key]
+
+
+_INDEXES: dict[tuple[int, tuple[str, ...]], _EventIndex] = {}
+_FACETS: dict[int, dict] = {}
+
+
+def _catalog_facets(catalog) -> dict:
+    if id(catalog) not in _FACETS:
+        _FACETS[id(catalog)] = catalog.item_facets()
+    return _FACETS[id(catalog)]
+
+
+def _event_index(taxonomy: Taxonomy, topics: list[str]) -> _EventIndex:
+    key = (id(taxonomy), tuple(topics))
+    if key not in _INDEXES:
+        _INDEXES[key] = _EventIndex(taxonomy, tuple(topics))
+    return _INDEXES[key]
 
 
 def simulate_timeline(
@@ -45,6 +86,13 @@ class _Simulation:
         self.last_update: dict[str, Event] = {}
         self.used_summaries: set[str] = set()
         self.tags = persona.attributes.stereotype_tags()
+        self.state = initial_state(persona.attributes)
+        catalog = load_catalog()
+        self.facets = {**_catalog_facets(catalog),
+                       **{(t, i.name): tuple(i.facets) for t, items in inventory.items() for i in items if i.facets}}
+        self.facet_words = catalog.facets
+        self.catalog_items = {t: [(i.name, i.facets) for i in cat.items] for t, cat in catalog.topics.items()}
+        self.index = _event_index(taxonomy, config.topics)
 
     # -- initial state ---------------------------------------------------------------------------
     def initial_preferences(self, start: datetime) -> None:
@@ -101,15 +149,16 @@ class _Simulation:
         self.events.append(event)
         return event
 
-    def _summary(self, category: str) -> str:
-        options = self.tax.life_event_categories[category].summaries
-        fresh = [s for s in options if s not in self.used_summaries] or options
-        choice = self.rng.choice(fresh)
-        self.used_summaries.add(choice)
-        return choice
+    # -- life state and event choice ---------------------------------------------------------------
+    def _eligible(self) -> list[tuple[str, LifeEventSpec]]:
+        """Events whose preconditions hold now and that this persona has not lived yet, in a stable order."""
+        return [(c, spec) for c, spec in self.index.allowed(self.state, self.persona.attributes.age)
+                if spec.summary not in self.used_summaries]
 
-    def _life_event(self, window: PeriodWindow, category: str, time: datetime) -> Event:
-        event = self._event(window, time, "life_event", self._summary(category), category=category)
+    def _life_event(self, window: PeriodWindow, category: str, spec: LifeEventSpec, time: datetime) -> Event:
+        self.used_summaries.add(spec.summary)
+        apply(spec, self.state)
+        event = self._event(window, time, "life_event", spec.summary, category=category)
         earlier = [
             e
             for e in self.events
@@ -120,68 +169,152 @@ class _Simulation:
             self.edges.append(EventEdge(parent_event_id=parent.event_id, child_event_id=event.event_id, relation="causes"))
         return event
 
+    def _reach(self, spec: LifeEventSpec) -> int:
+        """How many of the run's topics the event's effects name."""
+        return self.index.reach[spec.summary]
+
+    def _weighted_order(self, candidates: list[tuple[str, LifeEventSpec]], weight) -> list[tuple[str, LifeEventSpec]]:
+        """A seeded random order in which heavier candidates tend to come first (Efraimidis-Spirakis keys)."""
+        keyed = [(self.rng.random() ** (1.0 / weight(spec)), i) for i, (_, spec) in enumerate(candidates)]
+        return [candidates[i] for _, i in sorted(keyed, reverse=True)]
+
     def background(self, window: PeriodWindow) -> None:
-        categories = sorted(self.tax.life_event_categories)
+        """Life before the first conversations: events that change no preference, those that touch few of
+        the run's topics first (the others are drawn later, as causes of changes)."""
         times = sorted(_minutes_into(window, 0.0, 1.0, self.rng) for _ in range(self.s.background_events))
         for time in times:
-            self._life_event(window, self.rng.choice(categories), time)
+            eligible = self._eligible()
+            if not eligible:
+                return
+            category, spec = self._weighted_order(eligible, lambda spec: spec.weight / (1 + self._reach(spec)))[0]
+            self._life_event(window, category, spec, time)
 
     def period(self, window: PeriodWindow) -> None:
+        """Topics picked to change; each gets a life event whose effects name it and find an item.
+
+        Events are drawn in time order, so each one's preconditions hold on the state its predecessors left."""
         changed: set[str] = set()
-        for category, topics in self._groups():
-            life = self._life_event(window, category, _minutes_into(window, 0.0, 0.6, self.rng))
-            for topic in topics:
-                self._update(window, life, topic, changed)
+        targets = [t for t in self.config.topics if self.rng.random() < self.s.topic_update_probability]
+        self.rng.shuffle(targets)
+        times = sorted(_minutes_into(window, 0.0, 0.6, self.rng) for _ in targets)
+        done: set[str] = set()
+        for first in targets:
+            if first in done:
+                continue
+            found = self._cause_for(first, changed)
+            if found is None:
+                continue
+            category, spec, plan = found
+            changes = [plan]
+            if self.s.max_topics_per_event > 1 and self.rng.random() < self.s.cross_topic_fraction:
+                # the event's other topics, the period's own targets first; a change outside them takes
+                # the place of a target not reached yet, so a period changes as many topics as before
+                named = {e.topic for e in self._effects(spec)} & set(self.config.topics)
+                others = sorted(named - done - {first})
+                self.rng.shuffle(others)
+                others.sort(key=lambda t: t not in targets)
+                for topic in others:
+                    if len(changes) >= self.s.max_topics_per_event:
+                        break
+                    extra = self._pick_change(topic, spec, changed | {c[1] for c in changes}) or self._pick_change(
+                        topic, spec, changed | {c[1] for c in changes}, "fresh")
+                    if extra is not None:
+                        changes.append(extra)
+                        if topic not in targets:
+                            pending = [t for t in targets if t not in done and t != first
+                                       and t not in {c[0].topic for c in changes}]
+                            if pending:
+                                done.add(pending[-1])
+            life = self._life_event(window, category, spec, times.pop(0))
+            for change in changes:
+                done.add(change[0].topic)
+                self._update(window, life, spec, change, changed)
         self._routines(window)
 
-    def _groups(self) -> list[tuple[str, list[str]]]:
-        """Which topics change this period, grouped into life events (some cross-topic)."""
-        cats = self.tax.life_event_categories
-        remaining = [t for t in self.config.topics if self.rng.random() < self.s.topic_update_probability]
-        self.rng.shuffle(remaining)
-        groups = []
-        while remaining:
-            first = remaining.pop(0)
-            own = sorted(c for c, cat in cats.items() if first in cat.topics) or sorted(cats)
-            cross = [c for c in own if any(t in cats[c].topics for t in remaining)]
-            if cross and self.s.max_topics_per_event > 1 and self.rng.random() < self.s.cross_topic_fraction:
-                category = self.rng.choice(cross)
-                others = [t for t in remaining if t in cats[category].topics]
-                extra = self.rng.sample(others, self.rng.randint(1, min(len(others), self.s.max_topics_per_event - 1)))
-                remaining = [t for t in remaining if t not in extra]
-                groups.append((category, [first, *extra]))
-            else:
-                groups.append((self.rng.choice(own), [first]))
-        return groups
+    def _effects(self, spec: LifeEventSpec) -> list[Effect]:
+        return self.index.effects[spec.summary]
 
-    def _pick_preference(self, topic: str, changed: set[str]) -> tuple[str, str] | None:
-        """(item, new stance) for the preference this topic changes, or None when nothing can change."""
-        open_chains = [
-            c for pid, c in self.chains.items() if c[0].topic == topic and pid not in changed and len(c) < self.s.max_versions
-        ]
-        long = [c for c in open_chains if len(c) >= 2]
-        if long and self.rng.random() < self.s.continue_chain_probability:
-            chain = self.rng.choice(long)
-        elif self.rng.random() < self.s.new_item_fraction and (item := self._unused_item(topic)):
-            return item.name, "like" if self.rng.random() < self.s.like_probability else "dislike"
-        elif open_chains:
-            chain = self.rng.choice(open_chains)
-        else:
-            return None
-        return chain[-1].item, "dislike" if chain[-1].stance == "like" else "like"
+    def _cause_for(self, topic: str, changed: set[str]):
+        """(category, event, change) for a life event that can change ``topic`` now, or None.
 
-    def _update(self, window: PeriodWindow, life: Event, topic: str, changed: set[str]) -> None:
-        picked = self._pick_preference(topic, changed)
-        if picked is None:
-            return
-        item, stance = picked
-        pid = pref_id(self.persona.persona_id, topic, item)
+        Events are tried in a weighted random order, a few at a time: among those few, a change that turns
+        a held preference around comes first (a longer chain first, when one fits), else one that starts a
+        view on a new item. Small windows keep every event's share even; the modes keep chains long."""
+        candidates = [(c, spec) for c, spec in self._eligible() if topic in self.index.topics[spec.summary]]
+        # an event naming several of the run's topics is a candidate for each, and one with several effects
+        # on this topic finds an item more often: weigh it down by both, so every event gets its turn
+        candidates = self._weighted_order(candidates, lambda spec: spec.weight / max(1, self._reach(spec)) / self.index.per_topic[
+            (spec.summary, topic)])
+        modes = ["fresh", "held"]
+        if self.rng.random() >= self.s.new_item_fraction:
+            modes = ["long", "held", "fresh"] if self.rng.random() < self.s.continue_chain_probability else ["held", "fresh"]
+        for start in range(0, len(candidates), CANDIDATE_WINDOW):
+            for mode in modes:
+                # a held preference may be turned by any of the next few windows' events; a new view only
+                # by this window's, so one with rare effects is not drawn for every persona
+                span = CANDIDATE_WINDOW * (HELD_WINDOWS if mode != "fresh" else 1)
+                for category, spec in candidates[start:start + span]:
+                    plan = self._pick_change(topic, spec, changed, mode)
+                    if plan is not None:
+                        return category, spec, plan
+        return None
+
+    def _pick_change(self, topic: str, spec: LifeEventSpec, changed: set[str], mode: str = "held"):
+        """(effect, pref_id, item, new stance) for one of the event's effects on ``topic``, or None.
+
+        A facet pushed up turns a held dislike of an item with that facet into a like (mode held, or
+        long: a chain of 2+ versions), or adds a like of a new item (mode fresh); pushed down, a held
+        like becomes a dislike, or a new item becomes a dislike."""
+        effects = [e for e in self._effects(spec) if e.topic == topic]
+        self.rng.shuffle(effects)
+        for effect in effects:
+            want = "like" if effect.direction == "+" else "dislike"
+            if mode == "fresh":
+                fresh = self._best(topic, effects, effect, self._fresh_items(topic, effect.facet))
+                if fresh:
+                    item = self.rng.choice(fresh)
+                    return effect, pref_id(self.persona.persona_id, topic, item), item, want
+                continue
+            held = [c for pid, c in self.chains.items() if c[0].topic == topic and pid not in changed
+                    and len(c) < self.s.max_versions and c[-1].stance != want and c[-1].valid_to is None
+                    and (mode != "long" or len(c) >= 2) and effect.facet in self.facets.get((topic, c[0].item), ())]
+            best = set(self._best(topic, effects, effect, [c[0].item for c in held]))
+            held = [c for c in held if c[0].item in best]
+            if held:
+                chain = self.rng.choice(held)
+                return effect, chain[0].pref_id, chain[0].item, want
+        return None
+
+    def _best(self, topic: str, effects: list[Effect], effect: Effect, items: list[str]) -> list[str]:
+        """The items that fit the event best: none carrying a facet it pushes the other way, and of those
+        the ones carrying the most facets it pushes this way ("a big park": outdoors and solo, trail running
+        over home workouts)."""
+        same = {e.facet for e in effects if e.direction == effect.direction}
+        other = {e.facet for e in effects if e.direction != effect.direction}
+        scored = [(len(same & set(f)), name) for name in items
+                  if not (other & set(f := self.facets.get((topic, name), ())))]
+        top = max((score for score, _ in scored), default=0)
+        return [name for score, name in scored if score == top and top > 0]
+
+    def _fresh_items(self, topic: str, facet: str) -> list[str]:
+        """Items with ``facet`` the persona holds no view on: its inventory's first, else the catalog's."""
+        used = {c[0].item for c in self.chains.values() if c[0].topic == topic}
+        own = [i.name for i in self.inventory[topic] if i.name not in used and facet in self.facets.get((topic, i.name), ())]
+        if own:
+            return own
+        return [name for name, facets in self.catalog_items.get(topic, []) if name not in used and facet in facets]
+
+    def _update(self, window: PeriodWindow, life: Event, spec: LifeEventSpec, change, changed: set[str]) -> None:
+        effect, pid, item, stance = change
+        topic = effect.topic
         when = life.time + timedelta(minutes=30) + (_minutes_into(window, 0.0, 0.2, self.rng) - window.events_start)
         verb = "started to like" if stance == "like" else "went off"
-        update = self._event(window, when, "preference_update", f"{verb} {item}", topic=topic, category=life.category)
+        update = self._event(window, when, "preference_update", f"{verb} {item}", topic=topic, category=life.category,
+                             cause_event_id=life.event_id, facet=effect.facet, direction=effect.direction)
         previous = [v.key for v in self.chains.get(pid, [])[-1:]]
         version = self._add_version(topic, item, stance, when + timedelta(minutes=10), update)
-        version.reason = f"{self.persona.name} {life.summary}"
+        words = self.facet_words.get(topic, {}).get(effect.facet, effect.facet)
+        version.reason = code_reason(spec.summary, item, stance, words, effect.direction)
         update.pref_refs = [*previous, version.key]
         self.edges.append(EventEdge(parent_event_id=life.event_id, child_event_id=update.event_id, relation="causes"))
         if pid in self.last_update:
