@@ -166,3 +166,36 @@ def test_a_budget_too_small_for_any_topic_is_a_clear_error(bundle):
     with pytest.raises(AssemblyError, match="cannot hold any whole topic"):
         assemble_all(bundle.personas, bundle.sessions, bundle.queries,
                      settings=AssemblySettings(budgets=[1500], max_persona_fraction=0.1), run_seed=7)
+
+
+
+def test_a_filler_pick_over_one_cap_is_asked_again_with_less_room_until_it_fits(monkeypatch):
+    """A pick that fills LongMemEval's JSON history exactly but runs over the message-rule cap is asked again
+    with its room lowered by the excess (asking with the same room and seed would pick the same again)."""
+    import random
+    from types import SimpleNamespace
+
+    heavy = [SimpleNamespace(session_id=f"h{i}", n_tokens=300) for i in range(4)]  # chat-heavy
+    light = [SimpleNamespace(session_id=f"l{i}", n_tokens=100) for i in range(12)]
+    pool = SimpleNamespace(sessions=heavy + light, lme_tokens={**{s.session_id: 150 for s in heavy},
+                                                               **{s.session_id: 110 for s in light}})
+    rooms = []
+
+    def pick(pool_, room, rng, cost):
+        rooms.append(room)
+        order = heavy + light if len(rooms) == 1 else light  # the first pick overflows the chat cap
+        picked, used = [], 0
+        for s in order:
+            if used + cost(s) <= room:
+                picked.append(s)
+                used += cost(s)
+        return picked
+
+    monkeypatch.setattr(assemble_module, "_pick_filler", pick)
+    budget, ask = 1500, 100
+    fillers, _, fill = assemble_module._fitting_filler(pool, budget, 0, 0, 0, ask, lambda: random.Random(3),
+                                                       full=budget * 0.95)
+    by_id = {s.session_id: s for s in pool.sessions}
+    chat, lme = sum(by_id[f].n_tokens for f in fillers), sum(pool.lme_tokens[f] for f in fillers)
+    assert rooms[0] == fit.lme_history_cap(budget) and rooms[1] < rooms[0]
+    assert fit.fits(budget, chat, lme, ask) and fill == fit.fill_tokens(budget, chat, lme, ask)

@@ -396,9 +396,9 @@ def _fitting_filler(
                 if best is None or fill > best[0]:
                     best = (fill, [s.session_id for s in picked], rng)
                 break
+            room -= max(chat - chat_cap, lme_total - lme_cap)  # over a cap: ask again with less room
         if best is not None and best[0] >= full:
             break
-            room -= max(chat - chat_cap, lme_total - lme_cap)
     if best is None:
         return [], new_rng(), fill_tokens(budget, own_tokens, own_lme, ask)
     return best[1], best[2], best[0]
