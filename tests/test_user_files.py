@@ -121,13 +121,23 @@ def test_export_jsonl_replaces_only_an_earlier_export(smoke, tmp_path):
 
 
 def test_export_jsonl_of_no_record_keeps_the_good_file(smoke, tmp_path):
+    from pipeline.dataset import load
+    from pipeline.dataset.export import export_jsonl
+    from pipeline.errors import UserError
+
     out = tmp_path / "all.jsonl"
     assert run("export", "jsonl", smoke, "--out", out).exit_code == 0
     good = out.read_bytes()
     assert good
-    refused(run("export", "jsonl", smoke, "--budget", "999", "--out", out), "0 records", "existing file is kept")
+    refused(run("export", "jsonl", smoke, "--budget", "999", "--out", out), "has no contexts of that budget")
     assert out.read_bytes() == good
-    refused(run("export", "jsonl", smoke, "--budget", "999", "--out", tmp_path / "new.jsonl"), "0 records")
+    ds = load(smoke)
+    empty = ds.model_copy(update={"placements": []})  # a budget the version has, but no record to write
+    with pytest.raises(UserError, match="0 records.*existing file is kept"):
+        export_jsonl(empty, out, budget=ds.contexts[0].budget_tokens)
+    assert out.read_bytes() == good
+    with pytest.raises(UserError, match="0 records"):
+        export_jsonl(empty, tmp_path / "new.jsonl", budget=ds.contexts[0].budget_tokens)
     assert not (tmp_path / "new.jsonl").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["all.jsonl"]  # no temporary file left
 
