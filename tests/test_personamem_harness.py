@@ -27,7 +27,7 @@ from pipeline.cli.app import app
 from pipeline.dataset import fit, load
 from pipeline.dataset.export import RELEASED_COLUMNS, option_strings
 from tests.conftest import REPO
-from tests.support.harness import personamem_request, request_tokens
+from tests.support.harness import fold_system, personamem_request, request_tokens
 from tests.support.openai_server import OpenAIServer
 from tests.support.smoke import publish_smoke
 
@@ -73,21 +73,6 @@ def rows_with_context(csv_path, jsonl_path):
     with open(csv_path, newline="", encoding="utf-8") as fh:
         for row in csv.DictReader(fh):
             yield dict(row), context_at(jsonl_path, index[row["shared_context_id"]])
-
-
-def fold_system(messages: list[dict]) -> list[dict]:
-    """System messages become a prefix of the next message; consecutive same-role messages merge."""
-    out, pending = [], ""
-    for m in messages:
-        if m["role"] == "system":
-            pending += f"[System]: {m['content']}\n"
-            continue
-        content, pending = pending + m["content"], ""
-        if out and out[-1]["role"] == m["role"]:
-            out[-1]["content"] += "\n" + content
-        else:
-            out.append({"role": m["role"], "content": content})
-    return out
 
 
 def letters_in(text: str) -> set[str]:
