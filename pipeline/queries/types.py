@@ -235,16 +235,6 @@ def _extend(stances: list[str]) -> list[str]:
     return [*stances, _flip(stances[-1])]
 
 
-CHAIN_WEIGHTS = {2: 16, 3: 3, 4: 1}  # how often a chain of 2, 3, 4 stances is asked (made-up chains too)
-
-
-def short_share(length: int) -> float:
-    """How often a chain of ``length`` stances (two or more) takes the short role: the three-chain layout
-    {S, S extended, mirror of S extended} is also what a chain one step longer shows, so its short option
-    must be right as often as either long one (half the longer chains' rate)."""
-    return CHAIN_WEIGHTS.get(length + 1, 0) / (2 * CHAIN_WEIGHTS.get(length, 1))
-
-
 def chain_set(stances: list[str], n: int, rng) -> list[list[str]]:
     """``n`` chains (3 or 4) closed under the mirror and the one-step prefix, the given chain first.
 
@@ -252,13 +242,10 @@ def chain_set(stances: list[str], n: int, rng) -> list[list[str]]:
     chain in the long role) or one step longer (in the short role): every option has its mirror, and
     each long option its prefix. With 3: {chain A, mirror of A, prefix of A}, the given chain as A
     ("full"), as the mirror of A ("mirror") or as the prefix of A ("short"). A one-stance chain can only
-    take the short role; longer chains take the long roles (uniformly), or the short one at ``short_share``
-    (so that in every layout each role is right about equally often), and the short role is right as
+    take the short role; longer chains take the long roles (uniformly), so the short role is right as
     often as the no-change form is asked (about a third of the chain queries by default)."""
     roles = ["short"] if len(stances) == 1 else (["full", "mirror"] if n == 3 else ["long"])
     role = rng.choice(roles)
-    if n == 3 and len(stances) > 1 and rng.random() < short_share(len(stances)):
-        role = "short"  # {S, S extended, its mirror}: the layout a chain one step longer shows
     if n == 3:
         if role == "full":
             return [stances, _mirror(stances), stances[:-1]]
@@ -286,7 +273,7 @@ def track_full_preference_evolution(facts: Facts, topic: str, focal: str, as_of:
         if not facts.unsaid(focal):
             return None
         made = [rng.choice(["like", "dislike"])]
-        while len(made) < rng.choices(list(CHAIN_WEIGHTS), weights=list(CHAIN_WEIGHTS.values()))[0]:
+        while len(made) < rng.choices([2, 3, 4], weights=[16, 3, 1])[0]:
             made.append(_flip(made[-1]))
         options = [_opt("correct", [f"{ABSENT}{focal}"], first.format(focal))]
         shown = chain_set(made, 3, rng)
