@@ -100,6 +100,10 @@ class TextSettings(Strict):
 
     inventory_size: int = Field(default=12, ge=3, le=40, description="candidate items the model writes per topic")
     stereotype_items: int = Field(default=3, ge=0, le=10, description="catalog items matching the demographics")
+    catalog_share: float = Field(
+        default=0.4, ge=0.0, le=1.0,
+        description="least share of the inventory taken from the catalog (items with facets, which life events can "
+                    "turn either way); the model's items fill the rest")
     sessions_per_period: int = Field(default=1, ge=1, le=6)
     small_talk_exchanges: int = Field(default=2, ge=0, le=12, description="fewest ordinary exchanges per session")
     session_exchanges: int = Field(
@@ -162,6 +166,9 @@ class ProbeSettings(Strict):
                                  description="largest share of the queries the filter may redraw or drop")
     filter_above: float = Field(default=0.27, ge=0.0, le=1.0,
                                 description="only types the probe answers more often than this are filtered")
+    balance_slack: float = Field(default=0.2, ge=0.0, le=3.0,
+                                 description="before probing, every slot of an option-set shape is the answer of at most "
+                                             "1 + this times its fair share of the shape's queries; the surplus is dropped")
     filter_passes: int = Field(default=1, ge=0, le=5, description="probe-and-redraw passes before the last drop")
     max_accuracy: float = Field(default=0.30, gt=0.0, le=1.0,
                                 description="publishing fails when a probe's overall accuracy is above this beyond "

@@ -104,7 +104,7 @@ def test_card_shows_probe_forms_filtering_and_stance_counts(probed):
     assert "| scope | queries | option-only | relational trees |" in body
     assert "| overall | 36 | 25.0% [14%-41%] | 50.0% [30%-70%] |" in body
     assert "## Form of the correct answer per type" in body
-    assert "| acknowledge_latest_preferences | 3 | 1 | 40.0% -> 25.0% | 50.0% -> 50.0% |" in body
+    assert "| acknowledge_latest_preferences | 0 | 3 | 1 | 40.0% -> 25.0% | 50.0% -> 50.0% |" in body
     assert "(reported, not refused): relational trees acknowledge_latest_preferences 50.0% [30%-70%], n=20." in body
     assert "| rejected by stance | 2 |" in body and "| voicing turns failing | 0 |" in body
 

@@ -208,15 +208,20 @@ def _filtering(probe: dict | None, stance: dict | None) -> str:
     parts = ["## Filtering\n"]
     if probe:
         probes = probe.get("probes") or {}
-        types = sorted(set(probe.get("redrawn", {})) | set(probe.get("dropped", {}))
+        types = sorted(set(probe.get("redrawn", {})) | set(probe.get("dropped", {})) | set(probe.get("balanced", {}))
                        | {t for p in probes.values() for t in (p.get("before") or {}).get("by_type", {})})
-        rows = [[t, probe.get("redrawn", {}).get(t, 0), probe.get("dropped", {}).get(t, 0),
+        balanced = probe.get("balanced", {})
+        rows = [[t, balanced.get(t, 0), probe.get("redrawn", {}).get(t, 0), probe.get("dropped", {}).get(t, 0),
                  *(f"{_at(p.get('before'), t)} -> {_at(p.get('after'), t)}" for p in probes.values())] for t in types]
-        rows.append(["overall", sum(probe.get("redrawn", {}).values()), sum(probe.get("dropped", {}).values()),
+        rows.append(["overall", sum(balanced.values()), sum(probe.get("redrawn", {}).values()),
+                     sum(probe.get("dropped", {}).values()),
                      *(f"{_at(p.get('before'))} -> {_at(p.get('after'))}" for p in probes.values())])
-        parts.append(f"Queries any option-only probe answered confidently in every round were redrawn, then dropped "
+        parts.append("First, every option-set shape (each option's frame, stance words and which other options share its "
+                     "content words, read from the text alone) was evened out: no slot of a shape is the answer of more "
+                     "than 1 + `queries.probe.balance_slack` times its fair share, the surplus dropped (`balanced`). "
+                     f"Then queries any option-only probe answered confidently in every round were redrawn, then dropped "
                      f"(budget {probe.get('budget', 0)}); each probe's accuracy before -> after filtering:\n\n"
-                     + _table(["type", "redrawn", "dropped", *probes], rows))
+                     + _table(["type", "balanced", "redrawn", "dropped", *probes], rows))
         reported = [f for f in probe.get("findings", []) if not f.get("refuse")]
         if reported:
             parts.append("Above a threshold, but within the estimate's uncertainty or on too few queries "
@@ -294,7 +299,10 @@ def _exports(tables: dict[str, list[BaseModel]]) -> str:
         f"LongMemEval's `src/generation`, `python run_generation.py --in_file lme/longmemeval_{size}.json --out_dir out "
         "--model_name gpt-4o --model_alias gpt-4o --openai_key KEY --retriever_type orig-session --topk_context 1000 "
         "--history_format json --useronly false --cot true`, then `src/evaluation/evaluate_qa.py` and "
-        "`print_qa_metrics.py` on its output.\n"
+        "`print_qa_metrics.py` on its output. Our types map onto four of its six; beside each placed question, "
+        "code adds up to two per context of each of the other two over the same haystack (temporal-reasoning: the "
+        "days between the sessions voicing an item's older and newer stance; single-session-assistant: the "
+        "assistant's reply to a voiced preference), named by `derived_from`, so its task average is a number.\n"
         f"- **Anything else** (pandas, polars, `datasets`): `personagen export jsonl . --out all.jsonl --budget {size}`, "
         "one self-contained record per placed question with its messages. `--budget` reads `32k`, `128000` or "
         "`1M` in every command.\n"

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from pipeline.errors import UserError
 from pipeline.evaluation.probe import Finding, ProbeResult, judge, run_probes
+from pipeline.queries.balance import balance
 from pipeline.queries.facts import Facts
 from pipeline.queries.gates import code_wording, structural_problems
 from pipeline.queries.plan import persona_facts, redraw
@@ -34,6 +35,7 @@ class FilterReport(BaseModel):
     after: list[ProbeResult]
     redrawn: dict[str, int] = Field(default_factory=dict)
     dropped: dict[str, int] = Field(default_factory=dict)
+    balanced: dict[str, int] = Field(default_factory=dict, description="dropped per type to even out the shapes' slots")
     budget: int = 0
     enforced: bool = True
     findings: list[Finding] = Field(default_factory=list, description="figures above a threshold after filtering")
@@ -43,7 +45,8 @@ class FilterReport(BaseModel):
         strip = {"confident"}
         probes = {b.name: {"before": b.model_dump(exclude=strip), "after": a.model_dump(exclude=strip)}
                   for b, a in zip(self.before, self.after, strict=True)}
-        return {"probes": probes, "redrawn": self.redrawn, "dropped": self.dropped, "budget": self.budget,
+        return {"probes": probes, "redrawn": self.redrawn, "dropped": self.dropped, "balanced": self.balanced,
+                "budget": self.budget,
                 "enforced": self.enforced, "findings": [f.model_dump() for f in self.findings]}
 
 
@@ -54,10 +57,12 @@ def filter_queries(queries: list[Query], personas: dict[str, PersonaInput], *, c
     """Probe, redraw and drop within the budget; raise ProbeFailed when a probe stays certainly above
     its threshold (see ``judge``)."""
     s = config.queries.probe
+    queries, cut = balance(queries, slack=s.balance_slack, seed=config.seed)
     probe = lambda qs: run_probes(qs, folds=s.folds, rounds=s.rounds, confidence=s.confidence, seed=config.seed)  # noqa: E731
     before = results = probe(queries)
     enforced = before[0].accuracy is not None and len({q.persona_id for q in queries}) >= s.min_personas
-    report = FilterReport(before=before, after=before, budget=int(s.filter_budget * len(queries)), enforced=enforced)
+    report = FilterReport(before=before, after=before, budget=int(s.filter_budget * len(queries)), enforced=enforced,
+                          balanced=cut)
     left = report.budget if enforced else 0
     facts: dict[str, Facts] = {}
     for k in range(s.filter_passes):
@@ -71,6 +76,9 @@ def filter_queries(queries: list[Query], personas: dict[str, PersonaInput], *, c
     if drop:
         report.dropped = dict(Counter(q.type for q in queries if q.query_id in drop))
         queries = [q for q in queries if q.query_id not in drop]
+    if drop or report.redrawn:  # a redraw or a drop may tilt a shape again
+        queries, cut = balance(queries, slack=s.balance_slack, seed=config.seed)
+        report.balanced = dict(Counter(report.balanced) + Counter(cut))
         results = probe(queries)
     report.after = results
     report.findings = judge(results, max_accuracy=s.max_accuracy, max_type_accuracy=s.max_type_accuracy,
