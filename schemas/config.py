@@ -167,8 +167,8 @@ class ProbeSettings(Strict):
     filter_above: float = Field(default=0.27, ge=0.0, le=1.0,
                                 description="only types the probe answers more often than this are filtered")
     balance_slack: float = Field(default=0.2, ge=0.0, le=3.0,
-                                 description="before probing, every slot of an option-set shape is the answer of at most "
-                                             "1 + this times its fair share of the shape's queries; the surplus is dropped")
+                                 description="before probing, a slot of an option-set shape answered more often than 1 + this "
+                                             "times the least answered slot (per option) is thinned to that rate")
     filter_passes: int = Field(default=1, ge=0, le=5, description="probe-and-redraw passes before the last drop")
     max_accuracy: float = Field(default=0.30, gt=0.0, le=1.0,
                                 description="publishing fails when a probe's overall accuracy is above this beyond "

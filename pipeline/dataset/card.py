@@ -217,8 +217,9 @@ def _filtering(probe: dict | None, stance: dict | None) -> str:
                      sum(probe.get("dropped", {}).values()),
                      *(f"{_at(p.get('before'))} -> {_at(p.get('after'))}" for p in probes.values())])
         parts.append("First, every option-set shape (each option's frame, stance words and which other options share its "
-                     "content words, read from the text alone) was evened out: no slot of a shape is the answer of more "
-                     "than 1 + `queries.probe.balance_slack` times its fair share, the surplus dropped (`balanced`). "
+                     "content words, read from the text alone) was evened out: a slot answered more often than 1 + "
+                     "`queries.probe.balance_slack` times the least answered slot (per option) was thinned, each query "
+                     "by its own seeded draw (`balanced`). "
                      f"Then queries any option-only probe answered confidently in every round were redrawn, then dropped "
                      f"(budget {probe.get('budget', 0)}); each probe's accuracy before -> after filtering:\n\n"
                      + _table(["type", "balanced", "redrawn", "dropped", *probes], rows))
