@@ -3,6 +3,7 @@ gates that fail closed, code-written fallback wording, and baselines near chance
 
 from __future__ import annotations
 
+import math
 import random
 import re
 from collections import Counter
@@ -30,7 +31,7 @@ from pipeline.queries.plan import balanced_positions, persona_facts, plan_querie
 from pipeline.queries.types import DEFAULT_SITUATIONS, SITUATIONS, chain_set
 from pipeline.rng import derive_rng
 from pipeline.run.persona_text import build_persona_text
-from pipeline.timeline.catalog import load_taxonomy
+from pipeline.timeline.catalog import load_catalog, load_taxonomy
 from pipeline.timeline.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings
@@ -54,7 +55,8 @@ def run(config, llm, judge=None):
     out = []
     for seed in sample_personas(config.n_personas, run_seed=config.seed, settings=config.personas):
         text = build_persona_text(seed, config=config, llm=llm)
-        queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=config, judge=judge)
+        queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=config, judge=judge,
+                                          inventory=text.inventory)  # as the pipeline calls it
         out.append((text, queries, stats))
     return out
 
@@ -367,3 +369,33 @@ def test_recall_distractors_are_of_the_answers_kind(fifty):
         assert generic and all(s in lives for s in generic), generic
         checked += 1
     assert checked > 20
+
+
+def _source(topic: str, item: str) -> str:
+    catalog = load_catalog()
+    return "catalog" if item in {i.name for i in catalog.topics[topic].items} else "model"
+
+
+def test_the_second_item_of_an_item_by_stance_design_shares_the_focal_items_source(fifty):
+    """A catalog name and a model-written one read differently: the decoy item comes from the focal's source."""
+    same = total = 0
+    for q in _kept(fifty, "provide_preference_aligned_recommendations"):
+        items = {o.text.removeprefix("Since you ").split(", I would")[0].split(" ", 1)[1] for o in q.options}
+        sources = {_source(q.topic, i) for i in items}
+        same, total = same + (len(sources) == 1), total + 1
+    assert total > 50 and same / total > 0.9, (same, total)
+
+
+def test_the_inventory_keeps_a_catalog_share_and_changes_run_both_ways(fifty):
+    config, results = fifty
+    need = math.ceil(config.text.catalog_share * config.text.inventory_size)
+    directions = Counter()
+    for text, _, _ in results:
+        for topic, items in text.inventory.items():
+            assert sum(_source(topic, i.name) == "catalog" for i in items) >= need
+        for pid in {p.pref_id for p in text.timeline.preferences}:
+            chain = text.timeline.versions(pid)
+            if len(chain) > 1:
+                directions[chain[0].stance] += 1
+    # held dislikes turn too (before the catalog share, a fake run's were never turned: 0 of 594)
+    assert directions["dislike"] > 0.5 * directions["like"], directions

@@ -177,9 +177,10 @@ class Facts:
 
     def decoy_item(self, topic: str, pref_id: str, like: str) -> str | None:
         """An item of the persona's own pool for ``topic`` never held nor named, fixed per (persona,
-        preference), of about the length of ``like`` (the focal item): the second item of an item x
-        stance design (acknowledge, provide), so neither row stands out by its item."""
+        preference), of the focal item's source (catalog or model) where one is, and of about its length:
+        the second item of an item x stance design (acknowledge, provide), so neither row stands out by its item."""
         rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_item")
         spare = [i for i in self.spare_items(topic, rng, 8) if i != like]
+        same = [i for i in spare if self.pools.source(topic, i) == self.pools.source(topic, like)] or spare
         size = len(like.split())
-        return min(spare, key=lambda i: abs(len(i.split()) - size)) if spare else None
+        return min(same, key=lambda i: abs(len(i.split()) - size)) if same else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from functools import cache
 
 from pipeline.rng import derive_rng, derive_seed
 from pipeline.text.beats import mentions
@@ -73,6 +74,16 @@ class Pools:
         items = [i.name for i in self._items(topic) if self.unheld(i.name)]
         return rng.sample(items, min(k, len(items)))
 
+    def source(self, topic: str, name: str) -> str:
+        """Where an item of the pool comes from: "catalog" (hand-written, with facets) or "model"."""
+        return "catalog" if name in _catalog_names(topic) else "model"
+
+    def like_source(self, topic: str, items: list[str], of: str) -> list[str]:
+        """``items`` from the same source as ``of`` first (a catalog name and a model-written one read
+        differently, so a second item of another source would tell the rows apart), then the others."""
+        want = self.source(topic, of)
+        return sorted(items, key=lambda i: self.source(topic, i) != want)
+
     def stereotyped_items(self, topic: str) -> set[str]:
         """Items of the persona's pool whose tags match the persona's demographics."""
         tags = self.persona.attributes.stereotype_tags()
@@ -94,10 +105,14 @@ class Pools:
         return out
 
     def unlived_events(self, rng: random.Random, k: int) -> list[str]:
-        """Up to ``k`` life-event summaries from the taxonomy that never happened to the persona."""
+        """Up to ``k`` life-event summaries that never happened to the persona: those its shadow personas
+        lived first (drawn by the same simulator, so an often-lived event is as often a decoy as an
+        answer), then any of the taxonomy."""
         lived = {e.summary for e in self.timeline.events}
-        pool = sorted({s for c in load_taxonomy().life_event_categories.values() for s in c.summaries} - lived)
-        return rng.sample(pool, min(k, len(pool)))
+        shadow = sorted({e.summary for t in self.shadows for e in t.events if e.kind == "life_event"} - lived)
+        rest = sorted({s for c in load_taxonomy().life_event_categories.values() for s in c.summaries} - lived - set(shadow))
+        picked = rng.sample(shadow, min(k, len(shadow)))
+        return picked + rng.sample(rest, min(k - len(picked), len(rest)))
 
     def unlived_routines(self, topic: str, rng: random.Random, k: int) -> list[str]:
         """Up to ``k`` routine summaries about catalog items of ``topic`` the persona never held."""
@@ -111,3 +126,9 @@ class Pools:
     def _catalog(self, topic: str) -> list[InventoryItem]:
         topics = load_catalog().topics
         return [InventoryItem(name=i.name, tags=list(i.tags)) for i in topics[topic].items] if topic in topics else []
+
+
+@cache
+def _catalog_names(topic: str) -> frozenset[str]:
+    catalog = load_catalog()
+    return frozenset(i.name for i in catalog.topics[topic].items) if topic in catalog.topics else frozenset()

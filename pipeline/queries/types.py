@@ -135,14 +135,20 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
 def suggest_new_ideas(facts: Facts, topic: str, _focal: str, as_of: datetime, rng, **_) -> Built | None:
     """Correct: an item of the persona's own pool never mentioned; distractors: items already voiced
     (an outdated like first), drawn from that same pool and worded alike. Four different items in one
-    frame: no option shares its item, frame words or length class with some options and not others."""
-    spare = facts.spare_items(topic, rng, 1)
-    fresh = spare or facts.pools.fresh_items(topic, rng, 1)
+    frame: no option shares its item, frame words or length class with some options and not others; the
+    fresh item comes from the source (catalog or model) of a shown item drawn at random, so an item's
+    wording does not tell the never-mentioned one."""
+    held = facts.held(topic, as_of)
+    outdated = [v for v in facts.ended(topic, as_of) if v.stance == "like" and facts.current(v.pref_id, as_of).stance != "like"]
+    order = outdated[:1] + [v for v in held if v.stance == "like"] + [v for v in held if v.stance == "dislike"]
+    shown = [v.item for v in order][: facts.n_options - 1]  # the distractors, as ``_built`` keeps them
+    spare = facts.spare_items(topic, rng, 8)
+    if spare and shown:  # the fresh item from the source of a shown one, drawn at random
+        spare = facts.pools.like_source(topic, spare, rng.choice(shown))
+    fresh = spare[:1] or facts.pools.fresh_items(topic, rng, 1)
     if not fresh:
         return None
     frame = "How about trying {}? It would be a fresh pick for you."
-    held = facts.held(topic, as_of)
-    outdated = [v for v in facts.ended(topic, as_of) if v.stance == "like" and facts.current(v.pref_id, as_of).stance != "like"]
     options = [_opt("correct", [f"{'inventory' if spare else 'catalog'}:{fresh[0]}"], frame.format(fresh[0]))]
     options += [_opt("outdated_preference", [v.key], frame.format(v.item)) for v in outdated[:1]]
     options += [_opt("already_done", [v.key], frame.format(v.item)) for v in held if v.stance == "like"]

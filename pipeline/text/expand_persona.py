@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import replace
 
@@ -96,19 +97,22 @@ def _inventory(persona: Persona, *, config: RunConfig, llm: LLM) -> Inventory:
 
 
 def merge_inventory(persona: Persona, drafts: list[BaseModel | None], *, config: RunConfig) -> Inventory:
-    """Model items first, topped up from the catalog to the configured size, plus demographic stereotypes."""
+    """Model items first (at most ``1 - text.catalog_share`` of the size), topped up from the catalog to the
+    configured size, plus demographic stereotypes. Catalog items carry facets, so events can turn them; a
+    persona whose changeable items were all stereotyped likes would only ever change from like to dislike."""
     catalog = catalog_inventory(config.topics)
     tags = persona.attributes.stereotype_tags()
     rng = derive_rng(config.seed, persona.persona_id, "expand_persona")
     taken: set[str] = set()
     inventory: Inventory = {}
+    size = config.text.inventory_size
+    own = size - math.ceil(config.text.catalog_share * size)  # the model's items at most
     for topic, draft in zip(config.topics, drafts, strict=True):
-        items = [InventoryItem(name=n) for n in clean_items(draft.items if draft else [], taken=taken,
-                                                              limit=config.text.inventory_size)]
+        items = [InventoryItem(name=n) for n in clean_items(draft.items if draft else [], taken=taken, limit=own)]
         pool = list(catalog[topic])
         rng.shuffle(pool)
         stereo = [i for i in pool if tags & set(i.tags)][: config.text.stereotype_items]
-        topup = [i for i in pool if i not in stereo][: max(0, config.text.inventory_size - len(items))]
+        topup = [i for i in pool if i not in stereo][: max(0, size - len(items))]
         for extra in stereo + topup:
             if extra.name.casefold() not in taken:
                 taken.add(extra.name.casefold())

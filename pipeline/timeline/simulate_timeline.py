@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from collections import Counter
 from datetime import datetime, timedelta
 
 from pipeline.timeline.catalog import load_catalog, load_taxonomy
@@ -15,6 +16,7 @@ from schemas.persona import Persona
 from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline
 
 CANDIDATE_WINDOW = 4  # events weighed against each other for a held preference they can turn around
+LIKE_SHARE_GAP = 0.1  # how far the turnable items' share of likes may drift from all held items' before it leans
 HELD_WINDOWS = 2  # ... and how many windows ahead an event may come from to turn a held preference
 
 
@@ -96,6 +98,13 @@ class _Simulation:
 
     # -- initial state ---------------------------------------------------------------------------
     def initial_preferences(self, start: datetime) -> None:
+        """3-5 held items per topic: a stereotyped item is liked, another liked at ``like_probability``; an
+        item life events can turn (one with facets) leans toward the stance its share of likes lacks, so
+        the items that can change are liked about as often as all held items, and a change from dislike
+        to like is about as common as one from like to dislike (else the first stance of a changed chain
+        would tell which of two mirrored chains is the answer)."""
+        likes: Counter[bool] = Counter()  # liked held items, by whether events can turn them
+        held: Counter[bool] = Counter()
         for topic in self.config.topics:
             k = self.rng.randint(self.s.initial_prefs_min, self.s.initial_prefs_max)
             for _ in range(min(k, len(self.inventory[topic]))):
@@ -104,7 +113,13 @@ class _Simulation:
                 if item is None:
                     break
                 is_stereo = stereo and bool(self.tags & set(item.tags))
+                turnable = bool(self.facets.get((topic, item.name)))
                 like = is_stereo or self.rng.random() < self.s.like_probability
+                if turnable and not is_stereo and held[True]:
+                    gap = likes[True] / held[True] - sum(likes.values()) / sum(held.values())
+                    like = False if gap > LIKE_SHARE_GAP else True if gap < -LIKE_SHARE_GAP else like
+                likes[turnable] += like
+                held[turnable] += 1
                 self._add_version(topic, item.name, "like" if like else "dislike", start, None, is_stereo)
 
     def _unused_item(self, topic: str, stereotypical: bool | None = None) -> InventoryItem | None:
