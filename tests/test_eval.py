@@ -22,6 +22,7 @@ from pipeline.evaluation.evaluate import (
 )
 from pipeline.evaluation.summary import EvalRow, accuracy, bootstrap_ci, distance_bucket
 from pipeline.llm import LLM
+from pipeline.llm.errors import PromptTooLong
 from schemas.llm import LLMSettings
 from tests.support.eval_data import publish_tiny
 
@@ -198,3 +199,16 @@ def test_distance_buckets_and_run_names():
 def test_default_windows_follow_the_backend(tmp_path):
     assert default_window(LLM(LLMSettings(llm="local", cache_path=tmp_path / "a.sqlite", n_ctx=2048))) == 2048
     assert default_window(LLM(LLMSettings(llm="openai:gpt-4o-mini", cache_path=tmp_path / "b.sqlite"))) == 128_000
+
+
+def test_a_prompt_the_models_tokenizer_finds_too_long_is_skipped_not_failed(tmp_path, ds, monkeypatch):
+    """The window is checked in o200k tokens; SmolLM2's tokenizer can count more: that call is skipped (no rerun
+    would change it), not a failure that makes eval exit non-zero."""
+    llm = make_llm(tmp_path, "correct")
+
+    async def too_long(*_, **__):
+        raise PromptTooLong("embedded model rejected the request: the prompt is 771 tokens, the context 760")
+
+    monkeypatch.setattr(llm, "achat", too_long)
+    rows = evaluate(ds, llm=llm, settings=EvalSettings(limit=3))
+    assert rows and all(r.status == "skipped" and "in the model's tokens" in r.skipped_reason for r in rows)

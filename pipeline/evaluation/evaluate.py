@@ -52,6 +52,7 @@ from pipeline.evaluation.summary import (
     render_markdown,
 )
 from pipeline.llm import LLM, CallFailed
+from pipeline.llm.errors import PromptTooLong
 from schemas.context import ChatMessage, Placement
 from schemas.query import Query
 
@@ -253,6 +254,9 @@ async def _ask(llm: LLM, judge: LLM | None, call: Call, answer: Answer) -> EvalR
     common = {"mode": call.mode, "answer": answer, "prompt_tokens": call.tokens, "history_messages": call.n_history}
     try:
         reply = await llm.achat(call.messages, stage="evaluate", context=key)
+    except PromptTooLong as exc:  # the window was checked in o200k tokens; the model's own tokenizer said more
+        return base_row(call.item, "skipped", skipped_reason=f"longer than the window in the model's tokens: {exc}",
+                        **common)
     except CallFailed as exc:
         return base_row(call.item, "failed", skipped_reason=f"call failed: {exc}", **common)
     usage = {"prediction": reply.text, "input_tokens": reply.input_tokens, "output_tokens": reply.output_tokens,

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pipeline.llm.errors import CallFailed, ConfigError, Interrupted
+from pipeline.llm.errors import CallFailed, ConfigError, Interrupted, PromptTooLong
 from pipeline.llm.limits import Runtime
 
 log = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ class BatchEngine:
         """Queue one request; its ``future`` resolves to a :class:`Completion` (or raises CallFailed or
         Interrupted). A caller that stops waiting sets ``abandoned`` and the engine frees its slot."""
         if len(prompt) >= self.n_ctx:
-            raise CallFailed(f"embedded model rejected the request: the prompt is {len(prompt)} tokens, "
+            raise PromptTooLong(f"embedded model rejected the request: the prompt is {len(prompt)} tokens, "
                              f"the context {self.n_ctx}")
         job = Job(prompt=prompt, grammar=grammar, temperature=temperature, top_p=top_p, seed=seed,
                   max_tokens=max(1, min(max_tokens, self.n_ctx - len(prompt))))

@@ -29,6 +29,10 @@ class TransportFailed(CallFailed):
     """A call the model never answered: its transport failed on every try (or the server refused it)."""
 
 
+class PromptTooLong(CallFailed):
+    """The prompt does not fit the model's context, counted in the model's own tokens: no retry can help."""
+
+
 class ContentRejected(CallFailed):
     """The model answered, but no reply passed the checks after every re-ask."""
 
