@@ -10,14 +10,22 @@ prompt picked by `question_type` (six known types) and by "_abs" in the id; date
 from __future__ import annotations
 
 import json
+from collections import Counter
 from datetime import datetime
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli.app import app
 from pipeline.dataset import fit, load
-from pipeline.dataset.export_longmemeval import ENTRY_KEYS, haystack, lme_date, longmemeval_entry
+from pipeline.dataset.export_longmemeval import (
+    ENTRY_KEYS,
+    haystack,
+    lme_date,
+    longmemeval_entries,
+    longmemeval_entry,
+)
 from pipeline.tokens import count_tokens
 from schemas.query import Evidence
 from tests.support.harness import lme_history, lme_prompt
@@ -84,7 +92,7 @@ def test_every_entry_reads_like_longmemeval_and_each_budget_has_its_file(smoke, 
         assert len({e["question_id"] for e in entries}) == len(entries)
         for entry in entries:
             read_like_longmemeval(entry)
-        total += len(entries)
+        total += sum("derived_from" not in e for e in entries)
     assert total == len(ds.placements)
 
 
@@ -94,6 +102,8 @@ def test_the_haystack_is_the_history_before_the_anchor_and_the_answer_is_the_cor
     placements = {(p.context_id, p.query_id): p for p in ds.placements}
     for path in exported.glob("*.json"):
         for entry in json.loads(path.read_text(encoding="utf-8")):
+            if "derived_from" in entry:
+                continue  # test_derived_entries_...
             q = queries[entry["question_id"].removesuffix("_abs")]
             p = placements[(entry["context_id"], q.query_id)]
             visible = [m for m in ds.materialize_context(p.context_id, upto=p.end_index) if m.role != "system"]
@@ -164,3 +174,60 @@ def test_a_history_over_the_cap_is_what_the_reader_truncates(smoke, exported):
     entry = json.loads((exported / "longmemeval_2000.json").read_text(encoding="utf-8"))[-1]
     n = count_tokens(lme_history(entry))
     assert lme_prompt(entry, n)[1] is False and lme_prompt(entry, n - 1)[1] is True
+
+
+def _print_qa_metrics(entries: list[dict]) -> float:
+    """LongMemEval's print_qa_metrics.py task average, every answer judged right: nan unless all six types occur."""
+    type2acc = {t: [] for t in ["single-session-user", "single-session-preference", "single-session-assistant",
+                                "multi-session", "temporal-reasoning", "knowledge-update"]}
+    for entry in entries:
+        type2acc[entry["question_type"]].append(1)
+    return float(np.mean([np.mean(v) for v in type2acc.values()]))
+
+
+def test_every_export_has_all_six_types_so_the_task_average_is_a_number(exported):
+    for path in exported.glob("*.json"):
+        entries = json.loads(path.read_text(encoding="utf-8"))
+        assert {e["question_type"] for e in entries} == LME_TYPES, path.name
+        assert _print_qa_metrics(entries) == 1.0
+        derived = [e for e in entries if "derived_from" in e]
+        assert 0 < len(derived) < len(entries) / 2  # beside our own questions, not above them
+
+
+def test_derived_entries_rest_on_their_marked_turns_in_the_parents_haystack(smoke, exported):
+    ds = load(smoke)
+    versions = {v.key: v for v in ds.preferences}
+    seen = Counter()
+    for path in exported.glob("*.json"):
+        entries = json.loads(path.read_text(encoding="utf-8"))
+        parents = {e["question_id"].removesuffix("_abs"): e for e in entries if "derived_from" not in e}
+        for e in (e for e in entries if "derived_from" in e):
+            parent = parents[e["derived_from"]]
+            plain = lambda x: [[(t["role"], t["content"]) for t in s] for s in x["haystack_sessions"]]  # noqa: E731
+            assert plain(e) == plain(parent)
+            assert [i.removeprefix("answer_") for i in e["haystack_session_ids"]] == [
+                i.removeprefix("answer_") for i in parent["haystack_session_ids"]]
+            assert e["haystack_dates"] == parent["haystack_dates"] and e["question_date"] == parent["question_date"]
+            marked = [(d, t) for d, sid, s in zip(e["haystack_dates"], e["haystack_session_ids"], e["haystack_sessions"],
+                                                  strict=True) for t in s if t.get("has_answer")]
+            if e["question_type"] == "temporal-reasoning":
+                (d1, first), (d2, second) = marked
+                days = (datetime.strptime(d2, DATE).date() - datetime.strptime(d1, DATE).date()).days
+                assert e["answer"] == f"{days} days" and days > 0
+                assert first["role"] == second["role"] == "user"
+            else:
+                ((_, reply),) = marked
+                assert reply["role"] == "assistant" and e["answer"] == reply["content"]
+            seen[e["question_type"]] += 1
+    assert seen["temporal-reasoning"] and seen["single-session-assistant"]
+    assert versions  # the versions the questions name come from the dataset's own tables
+
+
+def test_a_temporal_question_names_the_two_stances_of_one_item(smoke):
+    ds = load(smoke)
+    entries = [e for c in {c.budget_tokens for c in ds.contexts}
+               for e in longmemeval_entries(ds, [x for x in ds.contexts if x.budget_tokens == c])
+               if e["question_type"] == "temporal-reasoning"]
+    items = {v.item for v in ds.preferences if v.version > 1}
+    assert entries and all(any(f" {i} and the day" in e["question"] for i in items) for e in entries)
+    assert all(e["question"].startswith("How many days passed between the day I first told you that I ") for e in entries)

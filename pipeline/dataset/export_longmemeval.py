@@ -34,6 +34,7 @@ from pipeline.dataset.export import (
 )
 from pipeline.dataset.files import export_folder, write_json_list, write_text
 from pipeline.dataset.fit import lme_history_cap
+from pipeline.dataset.lme_questions import assistant_question, temporal_question
 from pipeline.dataset.reading import Dataset
 from schemas.context import Context, Placement
 from schemas.conversation import SessionWithTurns
@@ -95,22 +96,48 @@ def longmemeval_readme(ds: Dataset, files: list[ExportedFile]) -> str:
         f"    python run_generation.py --in_file {first} --out_dir out --model_name gpt-4o --model_alias gpt-4o "
         "--openai_key KEY --retriever_type orig-session --topk_context 1000 --history_format json --useronly false "
         "--cot true\n\n"
-        "then `src/evaluation/evaluate_qa.py` and `print_qa_metrics.py` on its output (its types here: "
-        + ", ".join(sorted(set(LONGMEMEVAL_TYPES.values()) | {"multi-session"})) + "; with the other two absent, its "
-        "Task-averaged Accuracy is `nan`: read the per-task and Overall lines). Each entry's history, in "
+        "then `src/evaluation/evaluate_qa.py` and `print_qa_metrics.py` on its output. Our 7 types map onto "
+        + ", ".join(sorted(set(LONGMEMEVAL_TYPES.values()) | {"multi-session"})) + "; beside each placed question, "
+        f"up to {DERIVED_PER_CONTEXT} per context of each of the other two, decided in code over the same haystack "
+        "(`derived_from` names the question): temporal-reasoning (how many days passed between the first sessions "
+        "voicing an item's older and newer stance; the answer is the difference of those sessions' dates) and "
+        "single-session-assistant (what the assistant replied when the user voiced a preference on a date; the "
+        "answer is that reply), so all six types occur and its Task-averaged Accuracy is a number. Each entry's history, in "
         "the reader's JSON format and `o200k_base` tokens, is within its cap for a model of the budget's length "
         f"(its length less 1,800: {caps}), so the reader never truncates it.\n"
     )
 
 
-def longmemeval_entries(ds: Dataset, contexts: list[Context]) -> Iterator[dict]:
-    """One LongMemEval entry per placement in ``contexts``."""
+def longmemeval_entries(ds: Dataset, contexts: list[Context], derived: bool = True) -> Iterator[dict]:
+    """One LongMemEval entry per placement in ``contexts``, each followed by the temporal-reasoning and
+    single-session-assistant entries its haystack supports (``lme_questions``) when ``derived``."""
     queries = {q.query_id: q for q in ds.queries}
+    versions = {v.key: v for v in ds.preferences}
     by_context = placements_by_context(ds)
     for context in contexts:
         sessions = [ds.session(sid) for sid in context.session_ids]
+        slots = slot_dates(context.session_ids, {s.session.session_id: s.session for s in sessions})
+        asked: dict[str, set[str]] = {kind: set() for _, kind, _ in DERIVED}  # per context, each question once
         for p in by_context.get(context.context_id, []):
-            yield longmemeval_entry(queries[p.query_id], p, context, sessions)
+            q = queries[p.query_id]
+            shown = haystack(context, sessions, p.end_index)
+            dates = [when or q.as_of for when in slots[: len(shown)]]
+            yield longmemeval_entry(q, p, context, sessions)
+            for suffix, kind, make in DERIVED if derived else ():
+                found = make(q, shown, dates, versions) if len(asked[kind]) < DERIVED_PER_CONTEXT else None
+                if found is not None and found[0]["question"] not in asked[kind]:
+                    fields, refs = found
+                    asked[kind].add(fields["question"])
+                    marks = {(shown[i].session.session_id, shown[i].turns[j].turn_index) for i, j in refs}
+                    yield _ordered(_entry(q, context, shown, dates, marks) | fields | {
+                        "question_id": f"{q.query_id}_{suffix}", "question_type": kind,
+                        "personamem_question_type": None, "options": [], "correct_option": None,
+                        "derived_from": q.query_id})
+
+
+DERIVED_PER_CONTEXT = 2  # of each derived kind: LongMemEval's own mix has them beside, not above, the others
+DERIVED = (("temporal", "temporal-reasoning", temporal_question),
+           ("assistant", "single-session-assistant", assistant_question))
 
 
 def haystack(context: Context, sessions: list[SessionWithTurns], end_index: int) -> list[SessionWithTurns]:
@@ -132,11 +159,34 @@ def haystack(context: Context, sessions: list[SessionWithTurns], end_index: int)
 
 def longmemeval_entry(q: Query, placement: Placement, context: Context, sessions: list[SessionWithTurns]) -> dict:
     """The entry of one placed query: its haystack, dates and evidence labels."""
-    evidence = {(e.session_id, e.turn_index) for e in q.evidence}
-    ids, turns, answer_ids = [], [], []
     slots = slot_dates(context.session_ids, {s.session.session_id: s.session for s in sessions})
     shown = haystack(context, sessions, placement.end_index)
     dates = [when or q.as_of for when in slots[: len(shown)]]
+    entry = _entry(q, context, shown, dates, {(e.session_id, e.turn_index) for e in q.evidence})
+    return _ordered(entry | {
+        "question_id": q.query_id if q.evidence else f"{q.query_id}_abs",
+        "question_type": _lme_type(q, entry["answer_session_ids"]),
+        "question": q.question,
+        "answer": q.options[q.correct_index].text,
+        "personamem_question_type": q.type,
+        "options": option_strings(q),
+        "correct_option": letter(q.correct_index),
+    })
+
+
+KEY_ORDER = [*ENTRY_KEYS, "personamem_question_type", "options", "correct_option", "persona_id", "context_id",
+             "derived_from"]
+
+
+def _ordered(entry: dict) -> dict:
+    """LongMemEval's keys in its order, then ours."""
+    return {k: entry[k] for k in KEY_ORDER if k in entry}
+
+
+def _entry(q: Query, context: Context, shown: list[SessionWithTurns], dates: list[datetime],
+           evidence: set[tuple[str, int]]) -> dict:
+    """The haystack fields of an entry, with ``has_answer`` on the ``evidence`` turns' sessions."""
+    ids, turns, answer_ids = [], [], []
     for swt in shown:
         sid = swt.session.session_id
         marks = [(sid, t.turn_index) in evidence for t in swt.turns]
@@ -147,18 +197,11 @@ def longmemeval_entry(q: Query, placement: Placement, context: Context, sessions
         turns.append([{"role": t.role, "content": t.content, **({"has_answer": m} if any(marks) else {})}
                       for t, m in zip(swt.turns, marks, strict=True)])
     return {
-        "question_id": q.query_id if q.evidence else f"{q.query_id}_abs",
-        "question_type": _lme_type(q, answer_ids),
-        "question": q.question,
-        "answer": q.options[q.correct_index].text,
         "question_date": lme_date(q.as_of),
         "haystack_dates": [lme_date(d) for d in dates],
         "haystack_session_ids": ids,
         "haystack_sessions": turns,
         "answer_session_ids": answer_ids,
-        "personamem_question_type": q.type,
-        "options": option_strings(q),
-        "correct_option": letter(q.correct_index),
         "persona_id": q.persona_id,
         "context_id": context.context_id,
     }
