@@ -3,6 +3,9 @@ assembly and publishing."""
 
 
 import contextlib
+import os
+import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -15,7 +18,8 @@ from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
 from flows.progress import current_reporter
-from flows.server import start_temporary_server
+from flows.server import start_temporary_server, watch_api
+from pipeline.dataset.publishing import PUBLISHED
 from pipeline.errors import UserError, redact
 from pipeline.llm.errors import ConfigError
 from pipeline.llm.limits import Runtime
@@ -189,4 +193,26 @@ def run_generate(spec: RunSpec, *, runner: Literal["thread", "dask"] = "thread",
     if runner == "dask":
         dask = DaskSettings(address=dask_address, workers=workers or default_workers(spec.llm, "dask"),
                             **({"timeout_s": dask_timeout_s} if dask_timeout_s else {}))
-    return Path(generate_benchmark.with_options(task_runner=task_runner)(spec, dask))
+    stop, published = threading.Event(), len(PUBLISHED)
+    watch_api(lambda reason: api_lost(reason, PUBLISHED[published:]), stop)
+    try:
+        return Path(generate_benchmark.with_options(task_runner=task_runner)(spec, dask))
+    finally:
+        stop.set()  # before Prefect's exit hook stops the temporary server
+
+
+def api_lost(reason: str, published: list) -> None:
+    """The run's Prefect API is gone: stop the model calls, say so in one line and exit 1 at once.
+
+    Prefect's client would retry every state report for minutes, then end in a traceback. Exiting at once is
+    what kill -9 does, which a run survives: every answered call is cached, every finished persona
+    checkpointed, a version is only ever renamed into place whole, and leftovers are swept at the next start."""
+    Runtime.get().stop(reason)
+    if published:  # the rename happened: the version is whole, a rerun would publish another
+        line = f"{redact(reason)} after publishing {published[-1]} (the version is complete)"
+    else:
+        line = (f"{redact(reason)}; nothing published; every answered model call is cached and every finished "
+                "persona checkpointed: rerun the same command to resume")
+    sys.stderr.write(f"\nerror: {line}\n")
+    sys.stderr.flush()
+    os._exit(1)

@@ -19,6 +19,7 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 import types
 
 from pipeline.errors import UserError
@@ -134,3 +135,48 @@ def start_temporary_server() -> int | None:
                         f"({str(exc).splitlines()[0][:200]}); on a busy machine raise "
                         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS, or set PREFECT_API_URL") from None
     return server.server_process.pid if server.server_process else None
+
+
+HEALTH_EVERY_S = 5.0  # a configured API's /health is asked this often ...
+HEALTH_MISSES = 3  # ... and is lost after this many unanswered asks in a row
+
+
+def api_lost_reason(misses: list[int]) -> str | None:
+    """Why the Prefect API this run reports to is gone (one line), or None while it is there: our temporary
+    server's process has exited, or a configured PREFECT_API_URL missed ``HEALTH_MISSES`` health checks."""
+    if uses_temporary_server():
+        process = getattr(own_group_server()(), "server_process", None)
+        code = process.poll() if process is not None else None
+        return None if code is None else f"Prefect's temporary server (pid {process.pid}) stopped mid-run (exit {code})"
+    if api_problem(timeout_s=HEALTH_EVERY_S) is None:
+        misses[0] = 0
+        return None
+    misses[0] += 1
+    if misses[0] < HEALTH_MISSES:
+        return None
+    from prefect.settings import PREFECT_API_URL
+
+    return f"the Prefect API at PREFECT_API_URL {PREFECT_API_URL.value()} stopped answering mid-run"
+
+
+def watch_api(on_lost, stop: threading.Event, every_s: float = 1.0) -> threading.Thread:
+    """A daemon thread that calls ``on_lost(reason)`` once the run's Prefect API is gone, until ``stop`` is set.
+
+    Without it a run whose server died spent minutes in Prefect's client retries, then ended in an httpx
+    traceback."""
+    def run() -> None:
+        misses, waited = [0], 0.0
+        while not stop.wait(every_s):
+            waited += every_s
+            temporary = uses_temporary_server()
+            if not temporary and waited < HEALTH_EVERY_S:
+                continue
+            waited = 0.0
+            reason = api_lost_reason(misses)
+            if reason is not None and not stop.is_set():
+                on_lost(reason)
+                return
+
+    thread = threading.Thread(target=run, name="prefect-api-watch", daemon=True)
+    thread.start()
+    return thread

@@ -155,6 +155,72 @@ def test_ctrl_c_to_the_process_group_stops_in_seconds_and_a_rerun_continues(tmp_
     print(f"\nCtrl-C to the group: exit {code} after {took:.1f} s, {stopped_rows} calls kept")
 
 
+@pytest.mark.slow
+def test_losing_the_prefect_server_mid_run_is_one_line_at_once_and_a_rerun_resumes(tmp_path):
+    """The temporary server killed mid-run: within seconds, exit 1, one error line, no traceback (it was a
+    146 s stall in Prefect's client retries, then an httpx traceback); the rerun repeats no completed call."""
+    import time
+
+    env = {**os.environ, "PREFECT_LOGGING_LEVEL": "ERROR"}
+    cache = tmp_path / "cache" / "llm.sqlite"
+    base = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "2", "--seed", "5",
+            "--outputs", str(tmp_path / "out"), "--cache", str(cache), "--workers", "2"]
+    log = tmp_path / "lost.log"
+    proc = start_in_group([*base, "--llm", "fake?latency_s=0.3"], log, env=env)
+    try:
+        while _ok_rows_so_far(cache) < 5:
+            assert proc.poll() is None, log.read_text()[-2000:]
+            time.sleep(0.2)
+        (server,) = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "uvicorn"], capture_output=True,
+                                   text=True).stdout.split()
+        os.kill(int(server), signal.SIGKILL)
+        started = time.monotonic()
+        code = proc.wait(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        kill_group(proc)
+    text = log.read_text()
+    assert code == 1 and "Traceback" not in text, text[-2000:]
+    errors = [line for line in text.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "stopped mid-run" in errors[0] and "rerun the same command" in errors[0]
+    assert took < 15, took
+    assert not (tmp_path / "out" / "smoke").exists() or not list((tmp_path / "out" / "smoke").glob("v0*"))
+    stopped_rows = _ok_rows(cache)
+    assert _run_cli([*base, "--llm", "fake"], env, tmp_path / "resumed.log") == 0
+    (version,) = (tmp_path / "out" / "smoke").glob("v0*")
+    assert stopped_rows + manifest(version)["usage"]["total"]["backend_calls"] == _ok_rows(cache)
+
+
+def test_a_configured_prefect_api_is_lost_after_three_unanswered_health_checks():
+    """With PREFECT_API_URL set, the watch asks its /health: one miss is a blip, three in a row are a loss."""
+    import http.server
+    import threading
+
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    from flows.server import HEALTH_MISSES, api_lost_reason
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            self.send_response(200 if self.path == "/api/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *_):
+            pass
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), Health)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_port}/api"
+    misses = [0]
+    with temporary_settings({PREFECT_API_URL: url}):
+        assert api_lost_reason(misses) is None and misses == [0]
+        server.shutdown()
+        server.server_close()
+        found = [api_lost_reason(misses) for _ in range(HEALTH_MISSES)]
+    assert found[:-1] == [None] * (HEALTH_MISSES - 1)
+    assert found[-1] == f"the Prefect API at PREFECT_API_URL {url} stopped answering mid-run"
+
+
 def _run_cli(args: list[str], env: dict, log: Path) -> int:
     """Run the CLI in its own process group; afterwards kill what it left (Prefect's temporary server)."""
     return run_in_group(args, log, env=env)
