@@ -21,6 +21,7 @@ class InventoryItem(Strict):
     name: str = Field(min_length=1)
     tags: list[str] = Field(default_factory=list)
     facets: list[str] = Field(default_factory=list)
+    origin: Literal["catalog", "model"] = Field(default="catalog", description="hand-written, or proposed by the model")
 
 
 class CatalogItem(InventoryItem):

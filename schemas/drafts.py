@@ -224,7 +224,19 @@ _ADVICE = ("Start with what you need this week and leave the rest for later.",
            "Ask a friend to join you once or twice; it is easier to stay with something together.",
            "Keep a short note of what worked, so next time you can start from there.",
            "Think about the cost in time and money before you commit, and set a limit you are comfortable with.",
-           "It is fine to change course; the point is to find what suits your life right now.")
+           "It is fine to change course; the point is to find what suits your life right now.",
+           "Look back at the last month and notice which days went well and why.",
+           "Leave some room in the week for rest, since a plan with no slack tends to break.",
+           "When you compare options, write down two or three reasons for each before deciding.",
+           "Small routines repeated often usually matter more than one big effort.",
+           "Try to make the first step easy enough that you could start tonight.",
+           "Share the plan with someone you trust and ask what they would change.",
+           "Keep whatever you already enjoy and build the new part around it.",
+           "Give each change a couple of weeks before you judge whether it works.",
+           "Be honest with yourself about your energy on busy days and plan for those too.",
+           "Set one clear goal for the season rather than several vague ones.",
+           "Notice what tends to get in the way, and decide in advance how you will handle it.",
+           "Celebrate the small wins, because they make the next step feel lighter.")
 
 
 def helpful_reply(opening: str, words: tuple[int, int], rng: random.Random) -> str:

@@ -121,9 +121,13 @@ def test_fallback_exchange_voices_the_fact_plainly():
 def test_profile_check_and_item_cleaning(tmp_path):
     (seed,) = sample_personas(1, run_seed=9, settings=load_config("smoke").personas)
     good = ProfileDraft(name="A B", age=seed.attributes.age, gender_identity=seed.attributes.gender_identity,
-                        occupation="x" * 5, location="Oslo, Norway", background="b" * 130)
+                        occupation="x" * 5, location="Oslo, Norway",
+                        background="Grew up by the sea and moved to the city for work; spends weekends running "
+                                   "along the river and trying new recipes with friends.")
     assert profile_problem(good, seed) is None
     assert "age" in profile_problem(good.model_copy(update={"age": seed.attributes.age + 1}), seed)
+    for junk in ("b" * 130, "2020-12-30T15:13:57 Chat History: Sung Zhiyuan said hello to everyone there today."):
+        assert profile_problem(good.model_copy(update={"background": junk}), seed) is not None
     taken = {"ramen"}
     raw = ["  Ramen bowls ", "- hot pot!", "hot pot", "", "x " * 40, "tea", "]/*&*/}junk here", "bunny_carnitas x"]
     assert clean_items(raw, taken=taken, limit=5) == ["Ramen bowls", "hot pot", "junk here"]

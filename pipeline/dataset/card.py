@@ -64,6 +64,7 @@ def render_card(manifest: Manifest, tables: dict[str, list[BaseModel]]) -> str:
         _baselines(queries, manifest.stats.get("probe")),
         _forms(queries),
         _filtering(manifest.stats.get("probe"), manifest.stats.get("stance_checks")),
+        _origin(manifest.stats.get("text_origin")),
         _evaluating(manifest),
         _exports(tables),
         _glossary(),
@@ -201,6 +202,27 @@ def _forms(queries: list) -> str:
             "somewhere, so no form gives the answer away; and each type's options are a design in which every "
             "option relates to the others alike (item x stance, reason x stance, chains closed under mirror and "
             "prefix), so how the options relate does not give it away either.\n\n" + _table(["type", *forms], rows))
+
+
+ORIGIN_FIELDS = {"item": "inventory items (preference labels)", "profile": "persona profile",
+                 "narrative": "life-event narratives", "reason": "reasons of preference changes",
+                 "user_turn": "user turns of the persona's sessions", "assistant_turn": "assistant turns of them",
+                 "question": "question wording", "option": "option wording"}
+
+
+def _origin(origin: dict | None) -> str:
+    """Per model-written field: accepted from the model, accepted when asked again, or written by code."""
+    if not origin:
+        return ""
+    rows = [[ORIGIN_FIELDS.get(name, name), o["model"], o["reasked"], o["code"]] for name, o in origin.items()]
+    return ("## Where the text comes from\n\nEvery field the model writes passes a readability check "
+            "(`pipeline/text/quality.py`: word count and word length bounds, words with letters, stop words, "
+            "repetition, no timestamps, clock times, ids, role labels or template syntax, known English words, "
+            "no names nobody in the conversation has) and, for turns, the stance and item checks; a text that "
+            "fails is asked again, then written by code. Items the model proposes that fail are replaced from "
+            "the hand-written catalog. Labels (which item, which stance, which option is right) are always "
+            "code's. Filler turns are real ShareGPT conversations.\n\n"
+            + _table(["field", "model, first answer", "model, asked again", "written by code"], rows))
 
 
 def _filtering(probe: dict | None, stance: dict | None) -> str:

@@ -20,13 +20,14 @@ from pipeline.queries.facts import Facts
 from pipeline.queries.plan import QueryPlan
 from pipeline.specs import QUERY_JUDGE
 from pipeline.text.beats import mentions
+from pipeline.text.quality import text_problem
 from pipeline.tokens import count_tokens
 from schemas.config import QuerySettings
 from schemas.query import ABSENT, Query
 from schemas.query_drafts import JudgeContext, judge_draft, pad_to
 
 GATES: tuple[str, ...] = ("structural", "model_call", "duplicate_options", "answer_in_question", "first_person",
-                          "not_a_question", "copies_option", "length", "overlap", "judge")
+                          "not_a_question", "copies_option", "length", "overlap", "unreadable", "judge")
 FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "i'm", "i've", "i'd", "i'll", "im", "ive"})
 _WORD = re.compile(r"[a-z']+")
 # types whose every update-based query shows the superseded version (track's chain sets show a prefix
@@ -79,6 +80,12 @@ def wording_problem(plan: QueryPlan, question: str, texts: list[str], tolerance:
         return "length", problem
     if problem := overlap_problem(question, texts, plan.correct_index):
         return "overlap", problem
+    allowed = [plan.answer, plan.ask_plain, *(o.text for o in plan.options)]  # the plan's own words count as known
+    if problem := text_problem(question, "question", allowed=allowed):
+        return "unreadable", f"question: {problem}"
+    for text in texts:
+        if problem := text_problem(text, "option", allowed=allowed):
+            return "unreadable", f"option: {problem}"
     return None
 
 

@@ -114,11 +114,14 @@ class Pools:
         picked = rng.sample(shadow, min(k, len(shadow)))
         return picked + rng.sample(rest, min(k - len(picked), len(rest)))
 
-    def unlived_routines(self, topic: str, rng: random.Random, k: int) -> list[str]:
-        """Up to ``k`` routine summaries about catalog items of ``topic`` the persona never held."""
+    def unlived_routines(self, topic: str, rng: random.Random, k: int, like: str | None = None) -> list[str]:
+        """Up to ``k`` routine summaries about items of ``topic`` the persona never held, of the source of
+        ``like`` (the told routine's item) first, so an item's wording does not tell the told one."""
         templates = [t for bank in load_taxonomy().routine_summaries.values() for t in bank]
         rng.shuffle(templates)
-        return [t.replace("{item}", item) for t, item in zip(templates, self.fresh_items(topic, rng, k), strict=False)]
+        items = self.fresh_items(topic, rng, k + 4)
+        items = (self.like_source(topic, items, like) if like else items)[:k]
+        return [t.replace("{item}", item) for t, item in zip(templates, items, strict=False)]
 
     def _items(self, topic: str) -> list[InventoryItem]:
         return self.inventory.get(topic) or self._catalog(topic)

@@ -104,8 +104,9 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
     abstention; the forgetful reply is shown (n - 1) times as often as it is right, so it is right at
     the rate of any other option; the other options are events in one frame and of the answer's kind
     (life events or routines; in an abstention a kind drawn at the rate the persona's told events have
-    it), so the kind does not tell the answer; untold life events are the persona's fixed never-lived
-    decoys, which its revisit and generalize questions show too."""
+    it), so the kind does not tell the answer; untold routines name items of the told routine's source
+    (catalog or model); untold life events are the persona's fixed never-lived decoys (lived by its shadow
+    personas first), which its revisit and generalize questions show too."""
     frame = "You mentioned that you {}."
     if variant == "abstention":
         if facts.told_by(topic, as_of):
@@ -114,6 +115,8 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
         answer, keys = FORGOT, []
         told = [facts.timeline.event(e).kind for t in facts.by_topic for e in facts.told_events(t)]
         kind = "life_event" if rng.random() < (told.count("life_event") / len(told) if told else 0.5) else "routine"
+        held = [v.item for v in facts.held(topic, as_of)]
+        like = rng.choice(held) if held else None  # routines about items of a held item's source
     else:
         event = facts.timeline.event(focal)
         if event.time >= as_of:
@@ -121,9 +124,11 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
         head = [_opt("correct", [focal], frame.format(did(event.summary)))]
         head += [_opt("forgetful", [], FORGOT)] if forgetful else []
         answer, keys, kind = event.summary, [focal], event.kind
+        versions = {v.key: v for v in facts.timeline.preferences}
+        like = next((versions[k].item for k in event.pref_refs if k in versions), None)
     decoys = facts.unlived_decoys()
     rng.shuffle(decoys)
-    routines = facts.pools.unlived_routines(topic, rng, facts.n_options)
+    routines = facts.pools.unlived_routines(topic, rng, facts.n_options, like)
     others = (routines + decoys) if kind == "routine" else (decoys + routines)  # the answer's kind first
     options = head + [_opt("generic", [f"taxonomy:{s}"], frame.format(did(s))) for s in others]
     asked = "Can you remind me what I have been doing lately around {label}?"

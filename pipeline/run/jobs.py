@@ -31,6 +31,7 @@ from pipeline.text.filler import (
     sharegpt_filler,
     write_filler_pool,
 )
+from pipeline.text.quality import Origin, count
 from pipeline.text.stance import stance_problem
 from schemas.config import RunConfig
 from schemas.conversation import SessionWithTurns
@@ -277,6 +278,21 @@ def stance_counts(results: list[PersonaResult]) -> dict[str, int]:
             "voicing_turns": len(voiced), "voicing_turns_failing": failing}
 
 
+def text_origin(results: list[PersonaResult], queries: list) -> dict[str, dict[str, int]]:
+    """Per model-written field, how many texts the model wrote and were accepted at once, accepted when asked
+    again, or were written by code (the card's "Where the text comes from")."""
+    total: dict[str, Origin] = {}
+    for r in results:
+        for name, o in r.text.stats.origin.items():
+            count(total, name, model=o.model, reasked=o.reasked, code=o.code)
+    for q in queries:
+        how = q.provenance.get("wording", "code")
+        kind = "code" if how != "model" else "model" if q.provenance.get("attempt", "1") == "1" else "reasked"
+        count(total, "question", **{kind: 1})
+        count(total, "option", **{kind: len(q.options)})
+    return {name: o.model_dump() for name, o in sorted(total.items())}
+
+
 def publish_run(spec: RunSpec, results: list[PersonaResult], kept_filler: list[SessionWithTurns], *,
                 usage: UsageSummary, failures: list[Failure], models: list[str], extra_stats: dict) -> Path:
     """Assemble every context over the (checked) filler pool, validate and publish one immutable version;
@@ -300,7 +316,8 @@ def publish_run(spec: RunSpec, results: list[PersonaResult], kept_filler: list[S
         "contexts": assembly.contexts,
         "placements": assembly.placements,
     }
-    stats = {**extra_stats, **probe_stats, "stance_checks": stance_counts(results), "assembly_unplaced": assembly.unplaced,
+    stats = {**extra_stats, **probe_stats, "stance_checks": stance_counts(results),
+             "text_origin": text_origin(results, tables["queries"]), "assembly_unplaced": assembly.unplaced,
              "queries_unplaced": len(queries) - len(tables["queries"])}
     info = PublishInfo(config=config, template_fingerprints=template_fingerprints(), models=models,
                        usage=usage.model_dump(mode="json"), failures=failures, stats=stats)

@@ -30,9 +30,11 @@ class PersonaText(BaseModel):
 
 def build_persona_text(seed: PersonaSeed, *, config: RunConfig, llm: LLM) -> PersonaText:
     """Stages 2-5 for one persona; deterministic for a given seed, config and cached responses."""
-    persona, inventory = expand_persona(seed, config=config, llm=llm)
+    origin: dict = {}
+    persona, inventory = expand_persona(seed, config=config, llm=llm, origin=origin)
     rng = derive_rng(config.seed, persona.persona_id, "simulate_timeline")
     timeline = simulate_timeline(persona, inventory, config=config, rng=rng)
-    timeline = narrate_events(persona, timeline, llm=llm, config=config)
+    timeline = narrate_events(persona, timeline, llm=llm, config=config, origin=origin)
     sessions, stats = write_sessions(persona, timeline, llm=llm, config=config)
+    stats.origin = {**origin, **stats.origin}
     return PersonaText(persona=persona, timeline=timeline, sessions=sessions, stats=stats, inventory=inventory)

@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from pipeline.llm import LLM, LLMError
 from pipeline.rng import derive_rng
 from pipeline.specs import INVENTORY, PROFILE
+from pipeline.text.quality import Origin, count, text_problem
 from pipeline.timeline.catalog import catalog_inventory, load_catalog
 from pipeline.timeline.sample_personas import persona_from_seed
 from schemas.catalog import InventoryItem
@@ -21,24 +22,31 @@ from schemas.persona import Persona, PersonaSeed
 Inventory = dict[str, list[InventoryItem]]
 
 
-def expand_persona(seed: PersonaSeed, *, config: RunConfig, llm: LLM) -> tuple[Persona, Inventory]:
-    """The persona with model-written profile, and its per-topic inventory (model items + catalog top-up)."""
+def expand_persona(seed: PersonaSeed, *, config: RunConfig, llm: LLM,
+                   origin: dict[str, Origin] | None = None) -> tuple[Persona, Inventory]:
+    """The persona with model-written profile, and its per-topic inventory (model items + catalog top-up);
+    ``origin`` counts, per field, the texts the model wrote, wrote when asked again, or code wrote."""
+    origin = {} if origin is None else origin
     base = persona_from_seed(seed, run_seed=config.seed, split=config.personas.split)
-    persona = _with_profile(base, seed, llm=llm, attempts=config.text.attempts)
-    return persona, _inventory(persona, config=config, llm=llm)
+    persona = _with_profile(base, seed, llm=llm, attempts=config.text.attempts, origin=origin)
+    inventory = _inventory(persona, config=config, llm=llm)
+    model = sum(1 for items in inventory.values() for i in items if i.origin == "model")
+    count(origin, "item", model=model, code=sum(map(len, inventory.values())) - model)
+    return persona, inventory
 
 
-def profile_problem(draft: ProfileDraft, seed: PersonaSeed) -> str | None:
-    """Why a profile draft contradicts the structured seed, or None when it is consistent."""
+def profile_problem(draft: ProfileDraft, seed: PersonaSeed, name: str = "") -> str | None:
+    """Why a profile draft contradicts the structured seed or is not readable, or None."""
     a = seed.attributes
     if a.age is not None and draft.age != a.age:
         return f"age {draft.age} contradicts the seed's age {a.age}"
     if a.gender_identity is not None and draft.gender_identity != a.gender_identity:
         return f"gender identity {draft.gender_identity} contradicts the seed's {a.gender_identity}"
-    return None
+    allowed = [name, a.location or "", a.occupation or "", draft.occupation, draft.location, seed.text]
+    return text_problem(draft.background, "profile", allowed=allowed)
 
 
-def _with_profile(base: Persona, seed: PersonaSeed, *, llm: LLM, attempts: int) -> Persona:
+def _with_profile(base: Persona, seed: PersonaSeed, *, llm: LLM, attempts: int, origin: dict[str, Origin]) -> Persona:
     a = seed.attributes
     context = ProfileContext(seed_text=seed.text, name=base.name, age=a.age, gender_identity=a.gender_identity,
                              location=a.location, occupation=a.occupation)
@@ -47,8 +55,10 @@ def _with_profile(base: Persona, seed: PersonaSeed, *, llm: LLM, attempts: int) 
             draft = llm.generate(PROFILE, context, sample_index=sample)
         except LLMError:
             continue
-        if profile_problem(draft, seed) is None:
+        if profile_problem(draft, seed, base.name) is None:
+            count(origin, "profile", **{"reasked" if sample else "model": 1})
             return apply_profile(base, draft, llm_name=llm.name, fingerprint=llm.fingerprint(PROFILE))
+    count(origin, "profile", code=1)
     return base.model_copy(update={"provenance": {**base.provenance, "profile": "fallback:seed"}})
 
 
@@ -69,12 +79,14 @@ _ITEM = re.compile(r"^[^\W\d_][\w '&.,/+-]*$")
 
 
 def clean_items(raw: list[str], *, taken: set[str], limit: int) -> list[str]:
-    """Unique, trimmed items of 2-6 plain words (at most 60 characters) not already used by this persona."""
+    """Unique, trimmed items of 2-6 plain words (at most 60 characters) not already used by this persona, each
+    readable as an item name (``quality.text_problem``: known words, not a phrase of function words)."""
     out: list[str] = []
     for text in raw:
         item = _JUNK.sub("", " ".join(text.split()))
         key = item.casefold()
-        if len(item) <= 60 and 2 <= len(item.split()) <= 6 and _ITEM.match(item) and "_" not in item and key not in taken:
+        if (len(item) <= 60 and 2 <= len(item.split()) <= 6 and _ITEM.match(item) and "_" not in item and key not in taken
+                and text_problem(item, "item") is None):
             taken.add(key)
             out.append(item)
         if len(out) == limit:
@@ -108,7 +120,7 @@ def merge_inventory(persona: Persona, drafts: list[BaseModel | None], *, config:
     size = config.text.inventory_size
     own = size - math.ceil(config.text.catalog_share * size)  # the model's items at most
     for topic, draft in zip(config.topics, drafts, strict=True):
-        items = [InventoryItem(name=n) for n in clean_items(draft.items if draft else [], taken=taken, limit=own)]
+        items = [InventoryItem(name=n, origin="model") for n in clean_items(draft.items if draft else [], taken=taken, limit=own)]
         pool = list(catalog[topic])
         rng.shuffle(pool)
         stereo = [i for i in pool if tags & set(i.tags)][: config.text.stereotype_items]

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from pipeline.llm import LLM
 from pipeline.specs import NARRATION
 from pipeline.text.beats import mentions
+from pipeline.text.quality import Origin, count, text_problem
 from pipeline.timeline.catalog import load_catalog, load_taxonomy
 from pipeline.timeline.life_state import gist, names
 from schemas.config import RunConfig
@@ -60,46 +61,57 @@ def _previous_stance(timeline: Timeline, version: PreferenceVersion) -> str | No
     return timeline.versions(version.pref_id)[version.version - 2].stance if version.version > 1 else None
 
 
-def narrate_events(persona: Persona, timeline: Timeline, *, llm: LLM, config: RunConfig) -> Timeline:
-    """One call per life event covering all its effects; events the model fails keep code-written text."""
+def narrate_events(persona: Persona, timeline: Timeline, *, llm: LLM, config: RunConfig,
+                   origin: dict[str, Origin] | None = None) -> Timeline:
+    """One call per life event covering all its effects; a narrative that is not readable is asked again,
+    then code writes it (``origin`` counts which); events the model fails keep code-written text."""
+    origin = {} if origin is None else origin
     effects = effects_of(timeline)
+    allowed = [persona.name, persona.location or "", persona.occupation or "", *(p.item for p in timeline.preferences)]
     drafts: dict[str, BaseModel] = {}
     by_count: dict[int, list[Event]] = defaultdict(list)
     for event in timeline.events:
         if event.kind == "life_event":
             by_count[len(effects.get(event.event_id, []))].append(event)
-    for count, events in sorted(by_count.items()):
-        spec = replace(NARRATION, output=narration_draft(count))
+    for n_effects, events in sorted(by_count.items()):
+        spec = replace(NARRATION, output=narration_draft(n_effects))
         contexts = [narration_context(persona, timeline, e, effects.get(e.event_id, [])) for e in events]
-        for event, draft in zip(events, _drafts(llm, spec, contexts, config.text.attempts), strict=True):
+        readable = lambda d: text_problem(d.narrative, "narrative", allowed=allowed) is None  # noqa: E731
+        for event, (draft, sample) in zip(events, _drafts(llm, spec, contexts, config.text.attempts, readable),
+                                          strict=True):
+            count(origin, "narrative", **{"code" if draft is None else "reasked" if sample else "model": 1})
             if draft is not None:
                 drafts[event.event_id] = draft
-    return apply_narrations(timeline, drafts, effects)
+    return apply_narrations(timeline, drafts, effects, allowed, origin)
 
 
-def _drafts(llm: LLM, spec, contexts: list[BaseModel], attempts: int) -> list[BaseModel | None]:
-    """Drafts for every context; a failed call is retried with the next sample index, then gives None."""
-    out: list[BaseModel | None] = [None] * len(contexts)
+def _drafts(llm: LLM, spec, contexts: list[BaseModel], attempts: int, ok) -> list[tuple[BaseModel | None, int]]:
+    """(draft, the sample that gave it) for every context; a failed call or a draft ``ok`` refuses is asked
+    again with the next sample index, then gives (None, -1)."""
+    out: list[tuple[BaseModel | None, int]] = [(None, -1)] * len(contexts)
     for sample in range(attempts):
-        pending = [i for i, draft in enumerate(out) if draft is None]
+        pending = [i for i, (draft, _) in enumerate(out) if draft is None]
         if not pending:
             break
         for i, draft in zip(pending, llm.generate_each(spec, [contexts[i] for i in pending], sample_index=sample),
                             strict=True):
-            out[i] = draft
+            if draft is not None and ok(draft):
+                out[i] = (draft, sample)
     return out
 
 
-def apply_narrations(timeline: Timeline, drafts: dict[str, BaseModel], effects: dict[str, list[PreferenceVersion]]) -> Timeline:
+def apply_narrations(timeline: Timeline, drafts: dict[str, BaseModel], effects: dict[str, list[PreferenceVersion]],
+                     allowed: list[str] | None = None, origin: dict[str, Origin] | None = None) -> Timeline:
     """A new timeline with narratives and reasons from the drafts; facts (ids, times, stances) untouched.
 
-    A drafted reason replaces code's only where it names the event's gist and the item."""
+    A drafted reason replaces code's only where it names the event's gist and the item and is readable."""
     reasons: dict[str, str] = {}
     for event_id, draft in drafts.items():
         event = timeline.event(event_id)
         for version, reason in zip(effects.get(event_id, []), getattr(draft, "reasons", []), strict=False):
             reason = " ".join(reason.split())
-            if reason_states_link(reason, event, version.item):
+            if reason_states_link(reason, event, version.item) and text_problem(
+                    reason, "reason", allowed=[*(allowed or []), version.item]) is None:
                 reasons[version.key] = reason
     events = []
     for e in timeline.events:
@@ -109,4 +121,7 @@ def apply_narrations(timeline: Timeline, drafts: dict[str, BaseModel], effects: 
             e = e.model_copy(update={"narrative": f"I {e.summary}."})
         events.append(e)
     prefs = [p.model_copy(update={"reason": reasons[p.key]}) if p.key in reasons else p for p in timeline.preferences]
+    if origin is not None:
+        changed = sum(1 for p in timeline.preferences if p.caused_by_event_id)
+        count(origin, "reason", model=len(reasons), code=changed - len(reasons))
     return Timeline(persona_id=timeline.persona_id, events=events, edges=timeline.edges, preferences=prefs)

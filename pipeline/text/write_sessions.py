@@ -18,6 +18,7 @@ from pipeline.text.beats import (
     plan_sessions,
     topic_label,
 )
+from pipeline.text.quality import Origin, count, text_problem
 from pipeline.timeline.catalog import load_catalog
 from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
@@ -46,6 +47,7 @@ class SessionStats(BaseModel):
     small_talk_kept: int = 0
     small_talk_dropped: int = 0
     problems: dict[str, int] = Field(default_factory=dict)
+    origin: dict[str, Origin] = Field(default_factory=dict, description="per field: model-written, re-asked, code")
 
 
 def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: RunConfig) -> tuple[list[SessionWithTurns], SessionStats]:
@@ -53,19 +55,27 @@ def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
     plans = plan_sessions(persona, timeline, config=config)
     stats = SessionStats(sessions=len(plans))
     items = sorted({p.item for p in timeline.preferences})
+    allowed = [persona.name, persona.location or "", persona.occupation or "", *items,
+               *(e.summary for e in timeline.events)]
     unvoiced = _unvoiced_before(plans, items)
     done: dict[tuple[str, int], tuple[str, str, bool]] = {}
     talks: dict[str, list[tuple[str, str]]] = {}
     if config.text.writing == "session":
-        talks = _whole_sessions(persona, plans, items, unvoiced, done, llm=llm, config=config, stats=stats)
+        talks = _whole_sessions(persona, plans, items, unvoiced, done, llm=llm, config=config, stats=stats,
+                                allowed=allowed)
+    first = len(done)  # beats the session calls wrote: the model's first answer
     beat_turns = _beat_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats,
-                                 first_sample=1 if config.text.writing == "session" else 0)
+                                 first_sample=1 if config.text.writing == "session" else 0, allowed=allowed,
+                                 first=first)
     sessions = []
     for plan in plans:
         talk = talks[plan.session_id] if plan.session_id in talks else _small_talk(
-            persona, plan, items, llm=llm, config=config, stats=stats)
+            persona, plan, items, llm=llm, config=config, stats=stats, allowed=allowed)
         sessions.append(build_session(plan, beat_turns[plan.session_id], talk,
                                       provenance=_provenance(llm, beat_turns[plan.session_id], config)))
+        plain = sum(t == _plain_small_talk(plan.topic) for t in talk)
+        for turn in ("user_turn", "assistant_turn"):
+            count(stats.origin, turn, model=len(talk) - plain, code=plain)
     return sessions, stats
 
 
@@ -101,7 +111,7 @@ def _session_context(persona: Persona, plan: SessionPlan, config: RunConfig) -> 
                           assistant_words_max=words[1], beats=beats)
 
 
-def _whole_sessions(persona, plans, items, unvoiced, done, *, llm, config, stats) -> dict[str, list[tuple[str, str]]]:
+def _whole_sessions(persona, plans, items, unvoiced, done, *, llm, config, stats, allowed) -> dict[str, list[tuple[str, str]]]:
     """One call per session (grouped by size): beat exchanges that pass their checks go into ``done``;
     returns each session's kept ordinary exchanges (offenders are dropped, never repaired)."""
     by_size: dict[int, list[SessionPlan]] = {}
@@ -112,29 +122,41 @@ def _whole_sessions(persona, plans, items, unvoiced, done, *, llm, config, stats
         drafts = llm.generate_each(replace(SESSION, output=session_draft(n, _words(config))),
                                    [_session_context(persona, p, config) for p in group])
         for plan, draft in zip(group, drafts, strict=True):
-            talks[plan.session_id] = _split_session(plan, draft, items, unvoiced[plan.session_id], done, config, stats)
+            talks[plan.session_id] = _split_session(plan, draft, items, unvoiced[plan.session_id], done, config, stats,
+                                                    allowed)
     return talks
 
 
-def _split_session(plan, draft, items, unvoiced, done, config, stats) -> list[tuple[str, str]]:
+def _split_session(plan, draft, items, unvoiced, done, config, stats, allowed) -> list[tuple[str, str]]:
     """Check a drafted session: keep faithful beat exchanges in ``done``, return the clean ordinary ones."""
     kept: list[tuple[str, str]] = []
     exchanges = draft.exchanges if draft is not None else []
     for j, ex in zip(session_order(plan.small_talk, len(plan.beats)), exchanges, strict=False):
         if j is None:
-            if any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config):
+            if (any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config)
+                    or unreadable(ex.user, ex.assistant, allowed)):
                 stats.small_talk_dropped += 1
             else:
                 kept.append((_clean(ex.user), _clean(ex.assistant)))
             continue
         problem = beat_problem(plan.beats[j], ex.user, ex.assistant, unvoiced=unvoiced,
-                               max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(ex.assistant, _words(config))
+                               max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(
+            ex.assistant, _words(config)) or unreadable(ex.user, ex.assistant, allowed)
         if problem is None:
             done[(plan.session_id, j)] = (_clean(ex.user), _clean(ex.assistant), False)
         else:
             stats.problems[problem.split(" '")[0]] = stats.problems.get(problem.split(" '")[0], 0) + 1
     stats.small_talk_kept += len(kept)
     return kept or ([] if plan.beats else [_plain_small_talk(plan.topic)])
+
+
+def unreadable(user: str, assistant: str, allowed: list[str]) -> str | None:
+    """Why a drafted exchange is not readable (``quality.text_problem`` on each turn), or None."""
+    problem = text_problem(user, "user_turn", allowed=allowed)
+    if problem is not None:
+        return f"unreadable user turn ({problem})"
+    problem = text_problem(assistant, "assistant_turn", allowed=allowed)
+    return f"unreadable assistant turn ({problem})" if problem is not None else None
 
 
 def _unvoiced_before(plans: list[SessionPlan], items: list[str]) -> dict[str, list[str]]:
@@ -167,7 +189,8 @@ def length_problem(assistant: str, words: tuple[int, int]) -> str | None:
     return None
 
 
-def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first_sample: int = 0) -> dict[str, list[tuple[str, str, bool]]]:
+def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first_sample: int = 0, allowed=(),
+                    first: int = 0) -> dict[str, list[tuple[str, str, bool]]]:
     """Per session, one (user, assistant, is_fallback) per beat, in beat order; beats already in ``done``
     (written by the session call) are kept, the others are worded one call each from ``first_sample``."""
     words = _words(config)
@@ -183,9 +206,11 @@ def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first
         for (plan, i, beat), draft in zip(pending, drafts, strict=True):
             problem = "model call failed" if draft is None else beat_problem(
                 beat, draft.user, draft.assistant, unvoiced=unvoiced[plan.session_id],
-                max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(draft.assistant, words)
+                max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(
+                draft.assistant, words) or unreadable(draft.user, draft.assistant, list(allowed))
             if problem is None:
                 done[(plan.session_id, i)] = (_clean(draft.user), _clean(draft.assistant), False)
+                first += sample == 0
             else:
                 stats.problems[problem.split(" '")[0]] = stats.problems.get(problem.split(" '")[0], 0) + 1
     out: dict[str, list[tuple[str, str, bool]]] = {}
@@ -197,6 +222,9 @@ def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first
                 done[(plan.session_id, i)] = (*fallback_exchange(beat, topic_label(plan.topic)), True)
             exchanges.append(done[(plan.session_id, i)])
         out[plan.session_id] = exchanges
+    code = stats.fallback_beats
+    for turn in ("user_turn", "assistant_turn"):
+        count(stats.origin, turn, model=first, reasked=stats.beats - code - first, code=code)
     return out
 
 
@@ -204,7 +232,7 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
-def _small_talk(persona, plan: SessionPlan, items: list[str], *, llm, config, stats) -> list[tuple[str, str]]:
+def _small_talk(persona, plan: SessionPlan, items: list[str], *, llm, config, stats, allowed) -> list[tuple[str, str]]:
     """Ordinary exchanges that voice no preference item; offenders are dropped, never repaired."""
     n = plan.small_talk
     if n == 0:
@@ -217,7 +245,8 @@ def _small_talk(persona, plan: SessionPlan, items: list[str], *, llm, config, st
     (draft,) = llm.generate_each(replace(SMALL_TALK, output=small_talk_draft(n, _words(config))), [context])
     kept = []
     for ex in (draft.exchanges if draft else []):
-        if any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config):
+        if (any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config)
+                or unreadable(ex.user, ex.assistant, allowed)):
             stats.small_talk_dropped += 1
         else:
             kept.append((_clean(ex.user), _clean(ex.assistant)))

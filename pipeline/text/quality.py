@@ -1,0 +1,178 @@
+"""Is a model-written text readable? Pure rules, field by field, in the spirit of the Gopher and C4 quality
+filters (word count and mean word length bounds, share of words with letters, stop words in longer texts,
+repetition), plus what a small chat model leaks from its prompt: timestamps, clock times, ids, role labels,
+template syntax, names nobody in the conversation has, words of no language. A field that fails is asked
+again, then written by code; the stage counts which (``Origin``).
+
+Known words come from ``wordfreq`` (English word frequencies; no download) plus a per-call vocabulary (the
+persona's name, place and job, the items, the catalog), so "Sichuan hotpot" passes and "bukhala" does not.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from functools import cache
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+Field_ = Literal["item", "profile", "narrative", "reason", "user_turn", "assistant_turn", "filler_turn", "question",
+                 "option"]
+
+
+class Bounds(BaseModel):
+    """Words a field may have, and how strict its vocabulary is."""
+
+    min_words: int
+    max_words: int
+    known_share: float = Field(0.85, description="least share of words (of 4+) that are known words")
+
+
+BOUNDS: dict[str, Bounds] = {
+    "item": Bounds(min_words=1, max_words=6, known_share=1.0),
+    "profile": Bounds(min_words=8, max_words=250),
+    "narrative": Bounds(min_words=6, max_words=200),
+    "reason": Bounds(min_words=4, max_words=80),
+    "user_turn": Bounds(min_words=2, max_words=160),
+    "assistant_turn": Bounds(min_words=3, max_words=260),
+    "filler_turn": Bounds(min_words=1, max_words=2000, known_share=0.6),
+    "question": Bounds(min_words=3, max_words=60),
+    "option": Bounds(min_words=2, max_words=80),
+}
+KNOWN_ZIPF = 1.0  # wordfreq's Zipf scale: 1 is about once per 100 million words
+ITEM_ZIPF = 2.3  # an item's words are common words (or the catalog's)
+NAME_ZIPF = 2.5  # a capitalised word rarer than this, not sentence-initial and not allowed, is an unknown name
+WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d+")
+DEBRIS = [
+    ("a timestamp", re.compile(r"\d{4}-\d{2}-\d{2}(?:T|\s+\d)|\d{4}-\d{2}-\d{2}T?:|\bT\d{2}:\d{2}")),
+    ("a clock time", re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?\b")),
+    ("a role label", re.compile(r"(?im)(?:^|[\s|,;(\"'])(?:user|assistant|system|human|ai|bot|chat history|"
+                                r"gpt|smollm)\s*:")),
+    ("template syntax", re.compile(r"\{\{|\}\}|\{%|%\}|<\|?|\|>|\[/?INST\]|```|</?s>")),
+    ("an id or tag", re.compile(r"#[\w-]+|\b[0-9a-f]{8,}\b|\b\w+_\w+\b|\b[A-Za-z]+-\d+-\d+\b")),
+    ("a link", re.compile(r"https?://|www\.")),
+]
+STOP = frozenset(
+    "a an the and or but if of to in on at by for with from as is are was were be been being am i you he she it "
+    "we they me him her us them my your his its our their this that these those not no so do does did have has "
+    "had will would can could should about into than then there here what which who when where how all some any "
+    "just also very more most much".split())
+
+
+@cache
+def _zipf(word: str) -> float:
+    from wordfreq import zipf_frequency
+
+    return zipf_frequency(word, "en")
+
+
+def words(text: str) -> list[str]:
+    return WORD.findall(text)
+
+
+def text_problem(text: str, field: Field_, allowed: Iterable[str] = ()) -> str | None:
+    """Why ``text`` is not readable as a ``field`` (one short phrase), or None. ``allowed``: words and names
+    that count as known (the persona's name, the items, the catalog's words)."""
+    bounds = BOUNDS[field]
+    ws = words(text)
+    if not ws or not text.strip():
+        return "empty"
+    if len(ws) < bounds.min_words:
+        return f"fewer than {bounds.min_words} words"
+    if len(ws) > bounds.max_words:
+        return f"more than {bounds.max_words} words"
+    for what, pattern in DEBRIS if field != "filler_turn" else ():
+        if pattern.search(text):
+            return f"{what} copied from the prompt"
+    return _shape_problem(text, ws) or _vocabulary_problem(text, ws, field, bounds, _vocabulary(allowed))
+
+
+def _shape_problem(text: str, ws: list[str]) -> str | None:
+    """Gopher-style: letters, word lengths, stop words, repetition."""
+    tokens = text.split()
+    if sum(any(c.isalpha() for c in t) for t in tokens) < 0.8 * len(tokens):
+        return "under 80% of its words have letters"
+    mean = sum(map(len, ws)) / len(ws)
+    if len(ws) >= 3 and not 2.5 <= mean <= 12:
+        return f"mean word length {mean:.1f} outside 2.5-12"
+    lower = [w.lower() for w in ws]
+    if len(ws) >= 8 and sum(w in STOP for w in lower) < 2:
+        return "fewer than 2 stop words"
+    if len(ws) >= 10:
+        top, n = Counter(w for w in lower if w not in STOP).most_common(1)[0] if any(w not in STOP for w in lower) else ("", 0)
+        if n > max(3, 0.2 * len(ws)):
+            return f"the word {top!r} repeated {n} times"
+        grams = Counter(zip(lower, lower[1:], lower[2:], strict=False))
+        if sum(c for c in grams.values() if c > 1) > 0.3 * max(1, len(lower) - 2):
+            return "repeated word sequences"
+    return None
+
+
+def _vocabulary_problem(text: str, ws: list[str], field: str, bounds: Bounds, allowed: frozenset[str]) -> str | None:
+    """Words of no language, and capitalised names nobody in the conversation has."""
+    alpha = [w for w in ws if not w.isdigit()]
+    floor = ITEM_ZIPF if field == "item" else KNOWN_ZIPF
+    unknown = [w for w in alpha if not _known(w, allowed, floor)]
+    if field == "item":
+        stops = sum(w.lower() in STOP for w in alpha)
+        if unknown:
+            return f"unknown word {unknown[0]!r}"
+        if stops > 2 or (alpha and stops > len(alpha) / 2):
+            return "more function words than an item name has"
+        return None
+    if len(alpha) >= 4 and len(unknown) > (1 - bounds.known_share) * len(alpha):
+        return f"{len(unknown)} of {len(alpha)} words unknown ({unknown[0]!r})"
+    for name in _names(text):
+        if name.lower() not in allowed and _zipf(name.lower()) < NAME_ZIPF:
+            return f"the name {name!r}, which nobody in the conversation has"
+    return None
+
+
+def _known(word: str, allowed: frozenset[str], floor: float) -> bool:
+    w = word.lower().strip("'-")
+    base = re.sub(r"\d+$", "", w)  # the fake backend numbers its items: "movie03"
+    parts = [p for p in re.split(r"[-']", base) if p]
+    return (not parts or w in allowed or base in allowed
+            or all(p in allowed or p in STOP or _zipf(p) >= floor or (len(p) <= 2 and p in ("s", "t", "d", "ll", "re", "ve", "m"))
+                   for p in parts))
+
+
+def _names(text: str) -> list[str]:
+    """Capitalised words that do not start a sentence (the model's inventions show up here)."""
+    out = []
+    for sentence in re.split(r"(?<=[.!?:;\"])\s+|\n+", text):
+        tokens = WORD.findall(sentence)
+        out += [t for t in tokens[1:] if t[:1].isupper() and t != "I" and not t.isupper()]
+    return out
+
+
+def _vocabulary(allowed: Iterable[str]) -> frozenset[str]:
+    return frozenset(w.lower() for a in allowed for w in re.split(r"[\s,./()]+", a) if w) | _catalog_words()
+
+
+@cache
+def _catalog_words() -> frozenset[str]:
+    from pipeline.timeline.catalog import load_catalog, load_taxonomy
+
+    catalog, taxonomy = load_catalog(), load_taxonomy()
+    texts = [i.name for t in catalog.topics.values() for i in t.items] + list(catalog.topics)
+    texts += [s for c in taxonomy.life_event_categories.values() for s in c.summaries]
+    return frozenset(w.lower() for t in texts for w in WORD.findall(t))
+
+
+class Origin(BaseModel):
+    """Where a field's texts came from: the model's first answer, a re-ask, or code."""
+
+    model: int = 0
+    reasked: int = 0
+    code: int = 0
+
+    def add(self, other: Origin) -> Origin:
+        return Origin(model=self.model + other.model, reasked=self.reasked + other.reasked, code=self.code + other.code)
+
+
+def count(origin: dict[str, Origin], field: str, *, model: int = 0, reasked: int = 0, code: int = 0) -> None:
+    """Add to ``origin[field]``."""
+    origin[field] = origin.get(field, Origin()).add(Origin(model=model, reasked=reasked, code=code))

@@ -1,0 +1,60 @@
+"""The readability check every model-written field passes (pipeline/text/quality.py), on the texts a small
+model really wrote into a published dataset (issue 25) and on plain readable ones."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeline.text.expand_persona import clean_items
+from pipeline.text.quality import text_problem
+from pipeline.text.write_sessions import unreadable
+
+ALLOWED = ["Piotr", "Gdansk", "pharmacist", "spicy Sichuan hotpot"]
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("jenin bharati", "item"),
+    ("sakura kosher ke bukhala samsung bakho", "item"),
+    ("festival of jango in the world", "item"),
+    ("2019-05-30T:17:46.823Z:Jenin bharati's life has been forever changed by his past.", "narrative"),
+    ("#change_over_time-jeni-bharanti-life", "reason"),
+    ("Songrai Mengzhen, 2020-12-30T15:13:57.38|Chat History: Sung Zhiyuan, 2020-12-30T14:09:26.27, 3:38", "user_turn"),
+    ("Nice story,BharantiSansi-28-57,PiotrSangbabai-6:59 ,I think you can do it", "assistant_turn"),
+    ("User: I like it. Assistant: Great, I will remember that for our next chat.", "user_turn"),
+    ("I {{ item }} really like it and {% if stance %} more of it every single day.", "user_turn"),
+    ("hotpot hotpot hotpot hotpot hotpot hotpot hotpot hotpot hotpot hotpot hotpot", "user_turn"),
+    ("Zorblat quix vemmel trandu ploshk and the vibbernot zank", "assistant_turn"),
+    ("I told Bharati and Zhiyuan that I have come to love spicy Sichuan hotpot.", "user_turn"),
+    ("", "reason"),
+])
+def test_unreadable_texts_from_a_small_model_are_refused(text, field):
+    assert text_problem(text, field, allowed=ALLOWED) is not None
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("spicy Sichuan hotpot", "item"),
+    ("sourdough bread baking", "item"),
+    ("k-dramas", "item"),
+    ("I really dislike spicy Sichuan hotpot.", "user_turn"),
+    ("Honestly, I have come to love spicy Sichuan hotpot since my trip to Chengdu.", "user_turn"),
+    ("Thank you for telling me. I'll keep that in mind when we talk about food.", "assistant_turn"),
+    ("Since the diabetes diagnosis I keep sugary desserts for special occasions.", "reason"),
+    ("Piotr is a 47-year-old pharmacist from Gdansk who loves hiking and quiet evenings with a good book.", "profile"),
+    ("Last spring I moved to a smaller flat near the river, and the quieter street changed how I spend my evenings.",
+     "narrative"),
+    ("How have my feelings about food developed over time, from what I have shared?", "question"),
+])
+def test_plain_readable_texts_pass(text, field):
+    assert text_problem(text, field, allowed=ALLOWED) is None
+
+
+def test_a_model_item_that_is_not_readable_never_becomes_a_label():
+    raw = ["jenin bharati", "festival of jango in the world", "natural wine bars", "sakura kosher ke bukhala samsung bakho"]
+    assert clean_items(raw, taken=set(), limit=10) == ["natural wine bars"]
+
+
+def test_an_exchange_is_unreadable_when_either_turn_is():
+    good_user, good_reply = "I have come to enjoy natural wine bars.", "That sounds lovely, I will remember it."
+    assert unreadable(good_user, good_reply, []) is None
+    assert "user turn" in unreadable("Songrai Mengzhen, 3:38|Chat History:", good_reply, [])
+    assert "assistant turn" in unreadable(good_user, "Nice story,BharantiSansi-28-57,Piotr-6:59", [])
