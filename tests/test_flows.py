@@ -161,16 +161,10 @@ def test_losing_the_prefect_server_mid_run_is_one_line_at_once_and_a_rerun_resum
     146 s stall in Prefect's client retries, then an httpx traceback); the rerun repeats no completed call."""
     import time
 
-    env = {**os.environ, "PREFECT_LOGGING_LEVEL": "ERROR"}
-    cache = tmp_path / "cache" / "llm.sqlite"
-    base = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "2", "--seed", "5",
-            "--outputs", str(tmp_path / "out"), "--cache", str(cache), "--workers", "2"]
+    env, cache, base = _generate(tmp_path)
     log = tmp_path / "lost.log"
-    proc = start_in_group([*base, "--llm", "fake?latency_s=0.3"], log, env=env)
+    proc = _started([*base, "--llm", "fake?latency_s=0.3"], log, env, cache, rows=5)
     try:
-        while _ok_rows_so_far(cache) < 5:
-            assert proc.poll() is None, log.read_text()[-2000:]
-            time.sleep(0.2)
         (server,) = subprocess.run(["pgrep", "-P", str(proc.pid), "-f", "uvicorn"], capture_output=True,
                                    text=True).stdout.split()
         os.kill(int(server), signal.SIGKILL)
@@ -189,6 +183,27 @@ def test_losing_the_prefect_server_mid_run_is_one_line_at_once_and_a_rerun_resum
     assert _run_cli([*base, "--llm", "fake"], env, tmp_path / "resumed.log") == 0
     (version,) = (tmp_path / "out" / "smoke").glob("v0*")
     assert stopped_rows + manifest(version)["usage"]["total"]["backend_calls"] == _ok_rows(cache)
+
+
+def _generate(tmp_path: Path) -> tuple[dict, Path, list[str]]:
+    """(env, cache, the generate command without --llm) of a 2-persona smoke run under ``tmp_path``."""
+    cache = tmp_path / "cache" / "llm.sqlite"
+    return ({**os.environ, "PREFECT_LOGGING_LEVEL": "ERROR"}, cache,
+            [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "2", "--seed", "5",
+             "--outputs", str(tmp_path / "out"), "--cache", str(cache), "--workers", "2"])
+
+
+def _started(args: list[str], log: Path, env: dict, cache: Path, rows: int) -> subprocess.Popen:
+    """The CLI started in its own process group, returned once ``rows`` calls are cached."""
+    import time
+
+    proc = start_in_group(args, log, env=env)
+    while _ok_rows_so_far(cache) < rows:
+        if proc.poll() is not None:
+            kill_group(proc)
+            raise AssertionError(log.read_text()[-2000:])
+        time.sleep(0.2)
+    return proc
 
 
 def test_a_configured_prefect_api_is_lost_after_three_unanswered_health_checks():

@@ -55,7 +55,9 @@ def test_hostile_persona_and_model_text_stay_literal(tmp_path, hostile_model):
     text = persona_job(seed, spec).result.text
     assert text.persona.seed_text == seed_text and seed_text in text.persona.profile
     turns = [t.content for s in text.sessions for t in s.turns]
-    assert sum(all(h in c for h in HOSTILE) for c in turns) >= len(text.sessions)
+    # a reply carrying template syntax is refused as prompt debris (pipeline/text/quality.py) and written by code
+    assert turns and not any(h in c for c in turns for h in HOSTILE)
+    assert text.stats.origin["user_turn"].code >= len(text.sessions)
     prompts = [m["content"] for (request,) in _requests(cache) for m in json.loads(request)]
     assert any(seed_text in p for p in prompts)  # the seed is sent as data
     assert sum(text.persona.profile in p for p in prompts) > 10  # so is the model's profile, in later stages
