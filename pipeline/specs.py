@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipeline.prompting import PromptSpec
 from schemas.drafts import (
+    AssistantTurnContext,
     BeatContext,
     ExchangeDraft,
     FillerContext,
@@ -13,6 +14,9 @@ from schemas.drafts import (
     ProfileDraft,
     SessionContext,
     SmallTalkContext,
+    UserTurnContext,
+    UserTurnDraft,
+    assistant_turn_draft,
     inventory_draft,
     narration_draft,
     session_draft,
@@ -34,6 +38,10 @@ NARRATION = PromptSpec(name="narrate_events.narrative", template="narrate_events
                        context=NarrationContext, output=narration_draft(1))
 BEAT = PromptSpec(name="write_sessions.beat", template="write_sessions/beat.jinja", context=BeatContext,
                   output=ExchangeDraft)
+TURN_USER = PromptSpec(name="write_sessions.turn_user", template="write_sessions/turn_user.jinja",
+                       context=UserTurnContext, output=UserTurnDraft)
+TURN_ASSISTANT = PromptSpec(name="write_sessions.turn_assistant", template="write_sessions/turn_assistant.jinja",
+                            context=AssistantTurnContext, output=assistant_turn_draft(20, 80))
 SMALL_TALK = PromptSpec(name="write_sessions.small_talk", template="write_sessions/small_talk.jinja",
                         context=SmallTalkContext, output=small_talk_draft(2))
 SESSION = PromptSpec(name="write_sessions.session", template="write_sessions/session.jinja",
@@ -53,6 +61,6 @@ ANSWER_JUDGES: dict[str, PromptSpec] = {
 }
 
 ALL_SPECS: dict[str, PromptSpec] = {
-    spec.name: spec for spec in (PING, PROFILE, INVENTORY, NARRATION, BEAT, SMALL_TALK, SESSION, FILLER, QUERY, QUERY_JUDGE,
+    spec.name: spec for spec in (PING, PROFILE, INVENTORY, NARRATION, BEAT, TURN_USER, TURN_ASSISTANT, SMALL_TALK, SESSION, FILLER, QUERY, QUERY_JUDGE,
                                  *ANSWER_JUDGES.values())
 }

@@ -108,9 +108,12 @@ class TextSettings(Strict):
     small_talk_exchanges: int = Field(default=2, ge=0, le=12, description="fewest ordinary exchanges per session")
     session_exchanges: int = Field(
         default=6, ge=1, le=15, description="exchanges per session (beats + ordinary ones, two turns each), at least")
-    writing: Literal["session", "exchange"] = Field(
-        default="session", description="session: one call writes a whole session, failing beats are rewritten one "
-                                       "by one; exchange: a call per beat plus one for the ordinary exchanges")
+    writing: Literal["auto", "session", "exchange", "turn"] = Field(
+        default="auto", description="session: one call writes a whole session, failing beats are rewritten one "
+                                    "by one; exchange: a call per beat plus one for the ordinary exchanges; turn: "
+                                    "a short call per turn (the small model's mode); auto: turn on the embedded "
+                                    "model, session elsewhere")
+    turn_attempts: int = Field(default=4, ge=1, le=8, description="samples per beat in the turn mode")
     assistant_words_min: int = Field(default=80, ge=3, le=1000, description="shortest assistant turn, in words")
     assistant_words_max: int = Field(default=250, ge=5, le=2000, description="longest assistant turn, in words")
     max_turn_tokens: int = Field(default=450, ge=20, le=4000)

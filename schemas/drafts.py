@@ -392,3 +392,53 @@ class FillerContext(BaseModel):
 
     subject: str
     n_exchanges: int
+
+
+# -- the small-model writing mode (text.writing: turn): one short call per turn ---------------------------
+class UserTurnContext(BaseModel):
+    """Who speaks and the one fact to voice, nothing else: a prompt a 135M model can follow."""
+
+    model_config = _examples({"name": "Amara Okafor", "age": 34, "occupation": "nurse", "kind": "preference_update",
+                              "item": "spicy Sichuan hotpot", "stance": "dislike",
+                              "event": "was diagnosed with high blood pressure"})
+
+    name: str
+    age: int | None
+    occupation: str | None
+    kind: BeatKind
+    item: str | None
+    stance: str | None
+    event: str | None
+
+
+class UserTurnDraft(BaseModel):
+    """One user message in plain words."""
+
+    text: str = Field(min_length=10, max_length=300, description="The message, one or two sentences.")
+
+    @classmethod
+    def fake_output(cls, context: UserTurnContext, rng: random.Random) -> UserTurnDraft:
+        draft = ExchangeDraft.fake_output(BeatContext(name=context.name, profile="", style=Style(), topic="",
+                                                      date="", kind=context.kind, item=context.item,
+                                                      stance=context.stance, reason=None, event=context.event), rng)
+        return cls(text=draft.user)
+
+
+class AssistantTurnContext(BaseModel):
+    """The user's message the assistant answers, and how long the answer is."""
+
+    model_config = _examples({"message": "These days I avoid spicy Sichuan hotpot.", "topic": "food",
+                              "words_min": 20, "words_max": 80})
+
+    message: str
+    topic: str
+    words_min: int
+    words_max: int
+
+
+def assistant_turn_draft(words_min: int, words_max: int) -> type[BaseModel]:
+    """The assistant's reply of ``words_min``-``words_max`` words."""
+    model = create_model(f"AssistantTurnDraft{words_min}to{words_max}", text=_assistant_field(words_min, words_max))
+    model.fake_output = classmethod(lambda cls, context, rng: cls(text=helpful_reply(
+        "Thanks for telling me, that helps me understand you better.", (words_min, words_max), rng)))
+    return model

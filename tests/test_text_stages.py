@@ -197,3 +197,33 @@ def test_embedded_model_runs_the_text_stages_end_to_end(tmp_path):
     assert {"expand_persona", "narrate_events", "write_sessions", "filler"} <= set(usage)
     assert all(count.backend_calls > 0 for count in usage.values())
     print(f"embedded model: {beats} beats, {fallbacks} code-written ({fallbacks / max(1, beats):.0%})")
+
+
+def test_the_turn_mode_writes_each_turn_in_its_own_short_call_and_every_beat_lands(tmp_path):
+    """text.writing turn (the embedded model's mode under auto): one call for the user's message, one for the
+    reply to it; the fake voices every beat faithfully, so none falls back to code."""
+    base = load_config("smoke")
+    config = base.model_copy(update={"text": base.text.model_copy(update={"writing": "turn"})})
+    llm = fake_llm(tmp_path)
+    (seed,) = sample_personas(1, run_seed=config.seed, settings=config.personas)
+    result = build_persona_text(seed, config=config, llm=llm)
+    beats = result.stats.beats
+    specs = [req.output.__name__ for req in llm.backend.requests]
+    assert beats and result.stats.fallback_beats == 0
+    assert specs.count("UserTurnDraft") == beats and sum(s.startswith("AssistantTurnDraft") for s in specs) == beats
+    assert not any(s.startswith(("ExchangeDraft", "SessionDraft")) for s in specs)
+    assert result.stats.origin["user_turn"].model >= beats
+
+
+def test_auto_writes_turns_on_the_embedded_model_and_sessions_elsewhere(tmp_path):
+    from types import SimpleNamespace
+
+    from pipeline.text.write_sessions import with_writing, writing_mode
+
+    config = load_config("smoke")
+    assert config.text.writing == "auto"
+    local = SimpleNamespace(backend=SimpleNamespace(provider="local"))
+    assert writing_mode(config, local) == "turn" and writing_mode(config, fake_llm(tmp_path)) == "session"
+    assert with_writing(config, local).text.writing == "turn"
+    fixed = config.model_copy(update={"text": config.text.model_copy(update={"writing": "exchange"})})
+    assert writing_mode(fixed, local) == "exchange"

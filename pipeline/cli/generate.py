@@ -126,6 +126,7 @@ def generate(
     from pipeline.llm import LLM, LLMError
     from pipeline.run.estimate import check_budgets, estimate_run
     from pipeline.run.jobs import RunSpec, default_workers
+    from pipeline.text.write_sessions import with_writing
 
     if runner not in ("thread", "dask"):
         raise fail(f"--runner: expected thread or dask, got {runner!r}")
@@ -145,6 +146,7 @@ def generate(
         settings = LLMSettings(llm=llm, cache_path=cache, cache_only=cache_only)
         gateway = LLM(settings)
         gateway.preflight()
+        config = with_writing(config, gateway)  # text.writing auto: the mode this backend writes in
         workers = workers or default_workers(settings, runner)
         estimate = estimate_run(config, gateway, workers=workers)
         check_budgets(config, estimate)

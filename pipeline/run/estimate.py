@@ -61,10 +61,11 @@ def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
     life = sum(e.kind == "life_event" for t in plan.timelines for e in t.events)
     sessions = len(config.topics) * len(config.periods) * config.text.sessions_per_period
     queries = sum(config.queries.quota(t) for t in QUERY_TYPES)
-    if config.text.writing == "session":  # one call per session; a beat call only rewrites a failing beat
+    if config.text.writing in ("session", "auto"):  # one call per session; a beat call only rewrites a failing beat
         return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": 0.0,
                 "small_talk": sessions, "query": queries, "sessions": sessions, "beats": beats / n}
-    return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": beats / n,
+    per_beat = 2 if config.text.writing == "turn" else 1  # the turn mode: the user's message, then the reply
+    return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": per_beat * beats / n,
             "small_talk": sessions if config.text.small_talk_exchanges else 0, "query": queries, "sessions": sessions}
 
 
@@ -162,7 +163,7 @@ def call_labels(config: RunConfig) -> dict[str, str]:
         "profile": call_label(PROFILE), "narration": f"{NARRATION.name}/",
         "beat": call_label(replace(BEAT, output=exchange_draft(config.text.assistant_words_min, config.text.assistant_words_max))),
         "inventory": call_label(replace(INVENTORY, output=inventory_draft(config.text.inventory_size))),
-        "small_talk": f"{(SESSION if config.text.writing == 'session' else SMALL_TALK).name}/",  # sized per session
+        "small_talk": f"{(SESSION if config.text.writing in ('session', 'auto') else SMALL_TALK).name}/",  # per session
         "filler": call_label(replace(FILLER, output=small_talk_draft(config.text.filler_exchanges))),
         "query": call_label(replace(QUERY, output=query_draft(config.queries.n_options))),
     }
@@ -274,7 +275,7 @@ def target_sizes(config: RunConfig, counts: dict[str, float]) -> dict[str, float
     exchange = 40 + 1.3 * (text.assistant_words_min + text.assistant_words_max) / 2
     beats_per_session = counts.get("beats", counts["beat"]) / max(counts["sessions"], 1)
     ordinary = max(text.small_talk_exchanges, text.session_exchanges - beats_per_session, 1)
-    whole = ordinary + beats_per_session if text.writing == "session" else ordinary
+    whole = ordinary + beats_per_session if text.writing in ("session", "auto") else ordinary
     return {"beat": max(OUTPUT_TOKENS["beat"], exchange), "small_talk": exchange * whole}
 
 

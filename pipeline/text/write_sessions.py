@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from pipeline.dataset.budget import with_token_counts
 from pipeline.llm import LLM
-from pipeline.specs import BEAT, SESSION, SMALL_TALK
+from pipeline.specs import BEAT, SESSION, SMALL_TALK, TURN_ASSISTANT, TURN_USER
 from pipeline.text.beats import (
     Beat,
     SessionPlan,
@@ -24,11 +24,14 @@ from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn
 from schemas.drafts import (
+    AssistantTurnContext,
     BeatContext,
     ExchangeDraft,
     SessionBeatView,
     SessionContext,
     SmallTalkContext,
+    UserTurnContext,
+    assistant_turn_draft,
     exchange_draft,
     session_draft,
     small_talk_draft,
@@ -60,13 +63,15 @@ def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
     unvoiced = _unvoiced_before(plans, items)
     done: dict[tuple[str, int], tuple[str, str, bool]] = {}
     talks: dict[str, list[tuple[str, str]]] = {}
-    if config.text.writing == "session":
+    if writing_mode(config, llm) == "session":
         talks = _whole_sessions(persona, plans, items, unvoiced, done, llm=llm, config=config, stats=stats,
                                 allowed=allowed)
     first = len(done)  # beats the session calls wrote: the model's first answer
+    if writing_mode(config, llm) == "turn":
+        first = _turn_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats, allowed=allowed)
     beat_turns = _beat_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats,
-                                 first_sample=1 if config.text.writing == "session" else 0, allowed=allowed,
-                                 first=first)
+                                 first_sample=1 if writing_mode(config, llm) == "session" else 0, allowed=allowed,
+                                 first=first, write=writing_mode(config, llm) != "turn")
     sessions = []
     for plan in plans:
         talk = talks[plan.session_id] if plan.session_id in talks else _small_talk(
@@ -80,7 +85,7 @@ def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
 
 
 def _provenance(llm: LLM, exchanges: list[tuple[str, str, bool]], config: RunConfig) -> dict[str, str]:
-    talk = SESSION if config.text.writing == "session" else SMALL_TALK
+    talk = SESSION if writing_mode(config, llm) == "session" else SMALL_TALK
     return {"model": llm.name, "beat_template": llm.fingerprint(BEAT)[:16],
             f"{talk.name.split('.')[-1]}_template": llm.fingerprint(talk)[:16],
             "fallback_beats": str(sum(f for _, _, f in exchanges))}
@@ -190,13 +195,13 @@ def length_problem(assistant: str, words: tuple[int, int]) -> str | None:
 
 
 def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first_sample: int = 0, allowed=(),
-                    first: int = 0) -> dict[str, list[tuple[str, str, bool]]]:
+                    first: int = 0, write: bool = True) -> dict[str, list[tuple[str, str, bool]]]:
     """Per session, one (user, assistant, is_fallback) per beat, in beat order; beats already in ``done``
     (written by the session call) are kept, the others are worded one call each from ``first_sample``."""
     words = _words(config)
     todo = [(plan, i, beat) for plan in plans for i, beat in enumerate(plan.beats)]
     stats.beats = len(todo)
-    for sample in range(first_sample, config.text.attempts):
+    for sample in range(first_sample, config.text.attempts if write else 0):
         pending = [(p, i, b) for p, i, b in todo if (p.session_id, i) not in done]
         if not pending:
             break
@@ -226,6 +231,67 @@ def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first
     for turn in ("user_turn", "assistant_turn"):
         count(stats.origin, turn, model=first, reasked=stats.beats - code - first, code=code)
     return out
+
+
+def writing_mode(config: RunConfig, llm: LLM) -> str:
+    """``text.writing``, with ``auto`` chosen by the backend: a turn per call on the embedded small model,
+    whole sessions elsewhere."""
+    if config.text.writing != "auto":
+        return config.text.writing
+    return "turn" if llm.backend.provider == "local" else "session"
+
+
+def with_writing(config: RunConfig, llm: LLM) -> RunConfig:
+    """``config`` with its writing mode decided for ``llm`` (so the plan, the manifest and the run agree)."""
+    mode = writing_mode(config, llm)
+    return config if mode == config.text.writing else config.model_copy(
+        update={"text": config.text.model_copy(update={"writing": mode})})
+
+
+def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, allowed) -> int:
+    """The small-model mode: per beat, a short call for the user's message (who speaks, the one fact), then
+    one for the assistant's reply to that message alone; each turn checked (item, stance, readability),
+    asked again with the next sample up to ``text.turn_attempts`` times; the beats left are code's. Returns
+    how many the first sample wrote."""
+    words = _words(config)
+    todo = [(plan, i, beat) for plan in plans for i, beat in enumerate(plan.beats)]
+    spec = replace(TURN_ASSISTANT, output=assistant_turn_draft(*words))
+    first = 0
+    for sample in range(config.text.turn_attempts):
+        pending = [(p, i, b) for p, i, b in todo if (p.session_id, i) not in done]
+        if not pending:
+            break
+        stats.regenerated += len(pending) if sample else 0
+        users = llm.generate_each(TURN_USER, [_user_turn_context(persona, b) for _, _, b in pending], sample_index=sample)
+        kept = [(p, i, b, _clean(u.text)) for (p, i, b), u in zip(pending, users, strict=True) if u is not None
+                and _turn_problem(b, _clean(u.text), "", unvoiced[p.session_id], config, allowed, stats) is None]
+        replies = llm.generate_each(spec, [AssistantTurnContext(message=u, topic=topic_label(p.topic), words_min=words[0],
+                                                                words_max=words[1]) for p, _, _, u in kept],
+                                    sample_index=sample)
+        for (plan, i, beat, user), reply in zip(kept, replies, strict=True):
+            text = _clean(reply.text) if reply is not None else ""
+            if _turn_problem(beat, user, text, unvoiced[plan.session_id], config, allowed, stats) is None:
+                done[(plan.session_id, i)] = (user, text, False)
+                first += sample == 0
+    return first
+
+
+def _turn_problem(beat: Beat, user: str, assistant: str, unvoiced: list[str], config: RunConfig, allowed,
+                  stats: SessionStats) -> str | None:
+    """A turn mode draft's first problem (the user turn alone while the assistant's is ""), counted."""
+    reply = assistant or "Thanks for telling me, that helps me understand you better."
+    problem = beat_problem(beat, user, reply, unvoiced=unvoiced, max_tokens=config.text.max_turn_tokens,
+                           count=count_tokens) or unreadable(user, reply, list(allowed))
+    if assistant and problem is None:
+        problem = length_problem(assistant, _words(config))
+    if problem is not None:
+        stats.problems[problem.split(" '")[0]] = stats.problems.get(problem.split(" '")[0], 0) + 1
+    return problem
+
+
+def _user_turn_context(persona: Persona, beat: Beat) -> UserTurnContext:
+    return UserTurnContext(name=persona.name, age=persona.age, occupation=persona.occupation, kind=beat.kind,
+                           item=beat.item, stance=beat.stance, event=beat.event)
 
 
 def _clean(text: str) -> str:
