@@ -7,6 +7,7 @@ annotations in pure, tested functions. Minimum lengths keep a weak model from re
 from __future__ import annotations
 
 import random
+import re
 from functools import cache
 from typing import Annotated, Literal
 
@@ -396,19 +397,16 @@ class FillerContext(BaseModel):
 
 # -- the small-model writing mode (text.writing: turn): one short call per turn ---------------------------
 class UserTurnContext(BaseModel):
-    """Who speaks and the one fact to voice, nothing else: a prompt a 135M model can follow."""
+    """Who speaks and the opening code wrote for the one fact to voice: a prompt a 135M model can follow."""
 
-    model_config = _examples({"name": "Amara Okafor", "age": 34, "occupation": "nurse", "kind": "preference_update",
-                              "item": "spicy Sichuan hotpot", "stance": "dislike",
-                              "event": "was diagnosed with high blood pressure"})
+    model_config = _examples({"name": "Amara Okafor", "age": 34, "occupation": "nurse",
+                              "opening": "Since I was diagnosed with high blood pressure, I have come to avoid "
+                                         "spicy Sichuan hotpot"})
 
     name: str
     age: int | None
     occupation: str | None
-    kind: BeatKind
-    item: str | None
-    stance: str | None
-    event: str | None
+    opening: str
 
 
 class UserTurnDraft(BaseModel):
@@ -416,12 +414,25 @@ class UserTurnDraft(BaseModel):
 
     text: str = Field(min_length=10, max_length=300, description="The message, one or two sentences.")
 
-    @classmethod
-    def fake_output(cls, context: UserTurnContext, rng: random.Random) -> UserTurnDraft:
-        draft = ExchangeDraft.fake_output(BeatContext(name=context.name, profile="", style=Style(), topic="",
-                                                      date="", kind=context.kind, item=context.item,
-                                                      stance=context.stance, reason=None, event=context.event), rng)
-        return cls(text=draft.user)
+
+GO_ON = (". It has been on my mind lately.", ", and I wanted you to know.", ". Just so you have it in mind.",
+         ", which surprised me a little.")
+
+
+def _regex_literal(text: str) -> str:
+    """``text`` as a regular expression that matches it literally (spaces left alone: a grammar reads them)."""
+    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
+
+
+def user_turn_draft(opening: str) -> type[UserTurnDraft]:
+    """A user message that starts with ``opening`` (code's words, so the fact is voiced as planned) and goes
+    on in the model's own words; the embedded model's grammar holds it to that start."""
+    pattern = "^" + _regex_literal(opening) + '[^"\\\\]{8,240}$'
+    model = create_model("UserTurnDraft", __base__=UserTurnDraft, text=(str, Field(
+        min_length=len(opening) + 8, max_length=len(opening) + 240, pattern=pattern,
+        description="The message: the opening, then a sentence or two of your own.")))
+    model.fake_output = classmethod(lambda cls, context, rng: cls(text=opening + rng.choice(GO_ON)))
+    return model
 
 
 class AssistantTurnContext(BaseModel):

@@ -58,3 +58,13 @@ def test_an_exchange_is_unreadable_when_either_turn_is():
     assert unreadable(good_user, good_reply, []) is None
     assert "user turn" in unreadable("Songrai Mengzhen, 3:38|Chat History:", good_reply, [])
     assert "assistant turn" in unreadable(good_user, "Nice story,BharantiSansi-28-57,Piotr-6:59", [])
+
+
+def test_a_reply_cut_mid_sentence_stray_markup_or_an_echo_of_the_user_is_refused():
+    assert text_problem("Sichuan hotpot skewers served with the finest sicli foo", "assistant_turn") == "ends mid-sentence"
+    assert text_problem("I love the combination of bold and sweet.} This is a little bit different.", "user_turn") \
+        == "stray markup characters"
+    user = "Since I emigrated to another country, I have come to enjoy spicy Sichuan hotpot."
+    assert unreadable(user, "I have come to enjoy spicy Sichuan hotpot. It's a dish that I love.", []) \
+        == "assistant turn echoes the user's message"
+    assert unreadable(user, "That is a big change; hotpot with friends sounds like a good way to settle in.", []) is None

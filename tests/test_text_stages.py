@@ -143,7 +143,7 @@ def test_apply_narrations_changes_text_not_facts(tmp_path):
     life = next(e for e in timeline.events if e.kind == "life_event" and effects.get(e.event_id))
     k = len(effects[life.event_id])
     versions = effects[life.event_id]
-    linked = [f"reason number {i}: since I {life.summary}, {v.item} is different" for i, v in enumerate(versions)]
+    linked = [f"reason number {i}: since I {life.summary}, {v.item} is different." for i, v in enumerate(versions)]
     draft = narration_draft(k)(narrative="n" * 70, reasons=linked)
     out = apply_narrations(timeline, {life.event_id: draft}, effects)
     assert out.event(life.event_id).narrative == "n" * 70

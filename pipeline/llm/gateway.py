@@ -151,11 +151,12 @@ class LLM:
         """The cache key digest a call would use."""
         return self._key(spec, self._messages(spec, context), sample_index).digest()
 
-    def generate_each(self, spec: PromptSpec, contexts: Sequence[BaseModel], *,
+    def generate_each(self, spec: PromptSpec | Sequence[PromptSpec], contexts: Sequence[BaseModel], *,
                       sample_index: int | Sequence[int] = 0, stage: str | None = None) -> list[BaseModel | None]:
         """Like `generate_many`, but a context whose call fails gets None (callers fall back to code).
 
-        `sample_index` may be one index for every call or one per context.
+        `sample_index` may be one index for every call or one per context; so may `spec` (the calls still
+        run concurrently, as one batch for the embedded model).
         """
         results = self.runtime.run(self._gather(spec, contexts, sample_index, stage))
         for r in results:
@@ -172,14 +173,15 @@ class LLM:
         # needs a slot, instead of every call doing so up front while the first responses wait on the loop.
         window = asyncio.Semaphore(2 * self.settings.max_concurrency)
 
-        async def admitted(context: BaseModel, index: int) -> BaseModel:
+        async def admitted(one: PromptSpec, context: BaseModel, index: int) -> BaseModel:
             async with window:
-                return await self._generate(spec, context, index, stage)
+                return await self._generate(one, context, index, stage)
 
         indices = [sample_index] * len(contexts) if isinstance(sample_index, int) else list(sample_index)
-        if len(indices) != len(contexts):
-            raise ValueError(f"{len(indices)} sample indices for {len(contexts)} contexts")
-        return await asyncio.gather(*(admitted(c, i) for c, i in zip(contexts, indices, strict=True)),
+        specs = [spec] * len(contexts) if isinstance(spec, PromptSpec) else list(spec)
+        if not len(indices) == len(specs) == len(contexts):
+            raise ValueError(f"{len(indices)} sample indices and {len(specs)} specs for {len(contexts)} contexts")
+        return await asyncio.gather(*(admitted(p, c, i) for p, c, i in zip(specs, contexts, indices, strict=True)),
                                     return_exceptions=True)
 
     async def _generate_many(self, spec, contexts, sample_index, stage) -> list[BaseModel]:

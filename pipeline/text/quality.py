@@ -54,6 +54,10 @@ DEBRIS = [
     ("an id or tag", re.compile(r"#[\w-]+|\b[0-9a-f]{8,}\b|\b\w+_\w+\b|\b[A-Za-z]+-\d+-\d+\b")),
     ("a link", re.compile(r"https?://|www\.")),
 ]
+CHAT_FIELDS = ("user_turn", "assistant_turn", "narrative", "reason", "profile")
+SENTENCE_FIELDS = CHAT_FIELDS  # a reply cut at its token cap ends mid-word
+ENDINGS = (".", "!", "?", ")", '"', "'", "”", "’", "…", ":)", "*")
+STRAY = re.compile(r"[{}\[\]<>|\\]")
 STOP = frozenset(
     "a an the and or but if of to in on at by for with from as is are was were be been being am i you he she it "
     "we they me him her us them my your his its our their this that these those not no so do does did have has "
@@ -86,6 +90,10 @@ def text_problem(text: str, field: Field_, allowed: Iterable[str] = ()) -> str |
     for what, pattern in DEBRIS if field != "filler_turn" else ():
         if pattern.search(text):
             return f"{what} copied from the prompt"
+    if field in CHAT_FIELDS and STRAY.search(text):
+        return "stray markup characters"
+    if field in SENTENCE_FIELDS and not text.rstrip().endswith(ENDINGS):
+        return "ends mid-sentence"
     return _shape_problem(text, ws) or _vocabulary_problem(text, ws, field, bounds, _vocabulary(allowed))
 
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from pipeline.dataset.budget import with_token_counts
 from pipeline.llm import LLM
+from pipeline.rng import derive_rng
 from pipeline.specs import BEAT, SESSION, SMALL_TALK, TURN_ASSISTANT, TURN_USER
 from pipeline.text.beats import (
     Beat,
@@ -18,7 +19,7 @@ from pipeline.text.beats import (
     plan_sessions,
     topic_label,
 )
-from pipeline.text.quality import Origin, count, text_problem
+from pipeline.text.quality import Origin, count, text_problem, words
 from pipeline.timeline.catalog import load_catalog
 from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
@@ -35,6 +36,7 @@ from schemas.drafts import (
     exchange_draft,
     session_draft,
     small_talk_draft,
+    user_turn_draft,
 )
 from schemas.persona import Persona
 from schemas.timeline import Timeline
@@ -161,7 +163,18 @@ def unreadable(user: str, assistant: str, allowed: list[str]) -> str | None:
     if problem is not None:
         return f"unreadable user turn ({problem})"
     problem = text_problem(assistant, "assistant_turn", allowed=allowed)
-    return f"unreadable assistant turn ({problem})" if problem is not None else None
+    if problem is not None:
+        return f"unreadable assistant turn ({problem})"
+    return "assistant turn echoes the user's message" if echoes(user, assistant) else None
+
+
+def echoes(user: str, assistant: str, span: int = 5) -> bool:
+    """Whether the reply repeats ``span`` consecutive words of the user's message (the small model often
+    answers in the user's voice: "I have come to enjoy ...")."""
+    said = [w.lower() for w in words(user)]
+    grams = {tuple(said[i:i + span]) for i in range(len(said) - span + 1)}
+    reply = [w.lower() for w in words(assistant)]
+    return any(tuple(reply[i:i + span]) in grams for i in range(len(reply) - span + 1))
 
 
 def _unvoiced_before(plans: list[SessionPlan], items: list[str]) -> dict[str, list[str]]:
@@ -262,7 +275,9 @@ def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, allow
         if not pending:
             break
         stats.regenerated += len(pending) if sample else 0
-        users = llm.generate_each(TURN_USER, [_user_turn_context(persona, b) for _, _, b in pending], sample_index=sample)
+        asks = [_user_turn_context(persona, p, i, b, config) for p, i, b in pending]
+        users = llm.generate_each([replace(TURN_USER, output=user_turn_draft(o)) for o, _ in asks],
+                                  [c for _, c in asks], sample_index=sample)
         kept = [(p, i, b, _clean(u.text)) for (p, i, b), u in zip(pending, users, strict=True) if u is not None
                 and _turn_problem(b, _clean(u.text), "", unvoiced[p.session_id], config, allowed, stats) is None]
         replies = llm.generate_each(spec, [AssistantTurnContext(message=u, topic=topic_label(p.topic), words_min=words[0],
@@ -289,9 +304,20 @@ def _turn_problem(beat: Beat, user: str, assistant: str, unvoiced: list[str], co
     return problem
 
 
-def _user_turn_context(persona: Persona, beat: Beat) -> UserTurnContext:
-    return UserTurnContext(name=persona.name, age=persona.age, occupation=persona.occupation, kind=beat.kind,
-                           item=beat.item, stance=beat.stance, event=beat.event)
+def _user_turn_context(persona: Persona, plan: SessionPlan, index: int, beat: Beat,
+                       config: RunConfig) -> tuple[str, UserTurnContext]:
+    opening = turn_opening(beat, derive_rng(config.seed, persona.persona_id, f"opening:{plan.session_id}:{index}"))
+    return opening, UserTurnContext(name=persona.name, age=persona.age, occupation=persona.occupation, opening=opening)
+
+
+def turn_opening(beat: Beat, rng) -> str:
+    """Code's first words of a user turn in the turn mode: the beat's fact, plainly (the model goes on)."""
+    verb = {"like": ("really enjoy", "have come to enjoy"), "dislike": ("really dislike", "have come to avoid")}
+    if beat.kind == "initial_preference" and beat.item:
+        return f"{rng.choice(('Honestly, I', 'I have to say I', 'For what it is worth, I'))} {verb[beat.stance or 'like'][0]} {beat.item}"
+    if beat.kind == "preference_update" and beat.item:
+        return f"Since I {beat.event}, I {verb[beat.stance or 'like'][1]} {beat.item}"
+    return f"{rng.choice(('By the way, I', 'Small news: I', 'Just so you know, I'))} {beat.event}"
 
 
 def _clean(text: str) -> str:
