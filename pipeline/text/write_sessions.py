@@ -74,10 +74,11 @@ def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
     beat_turns = _beat_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats,
                                  first_sample=1 if writing_mode(config, llm) == "session" else 0, allowed=allowed,
                                  first=first, write=writing_mode(config, llm) != "turn")
+    if not talks:  # not the whole-session mode: the ordinary exchanges are their own calls
+        talks = _small_talks(persona, plans, items, llm=llm, config=config, stats=stats, allowed=allowed)
     sessions = []
     for plan in plans:
-        talk = talks[plan.session_id] if plan.session_id in talks else _small_talk(
-            persona, plan, items, llm=llm, config=config, stats=stats, allowed=allowed)
+        talk = talks[plan.session_id]
         sessions.append(build_session(plan, beat_turns[plan.session_id], talk,
                                       provenance=_provenance(llm, beat_turns[plan.session_id], config)))
         plain = sum(t == _plain_small_talk(plan.topic) for t in talk)
@@ -324,26 +325,31 @@ def _clean(text: str) -> str:
     return " ".join(text.split())
 
 
-def _small_talk(persona, plan: SessionPlan, items: list[str], *, llm, config, stats, allowed) -> list[tuple[str, str]]:
-    """Ordinary exchanges that voice no preference item; offenders are dropped, never repaired."""
-    n = plan.small_talk
-    if n == 0:
-        return [] if plan.beats else [_plain_small_talk(plan.topic)]
+def _small_talks(persona, plans: list[SessionPlan], items: list[str], *, llm, config, stats,
+                 allowed) -> dict[str, list[tuple[str, str]]]:
+    """Every session's ordinary exchanges, one call per session, all in one batch; exchanges that voice an
+    item or are not readable are dropped, never repaired."""
     catalog = load_catalog()
-    context = SmallTalkContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
-                               topic_description=catalog.topics[plan.topic].description if plan.topic in catalog.topics else plan.topic,
-                               date=f"{plan.time:%Y-%m-%d}", n_exchanges=n, assistant_words_min=_words(config)[0],
-                               assistant_words_max=_words(config)[1])
-    (draft,) = llm.generate_each(replace(SMALL_TALK, output=small_talk_draft(n, _words(config))), [context])
-    kept = []
-    for ex in (draft.exchanges if draft else []):
-        if (any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config)
-                or unreadable(ex.user, ex.assistant, allowed)):
-            stats.small_talk_dropped += 1
-        else:
-            kept.append((_clean(ex.user), _clean(ex.assistant)))
-    stats.small_talk_kept += len(kept)
-    return kept or ([] if plan.beats else [_plain_small_talk(plan.topic)])
+    asked = [p for p in plans if p.small_talk]
+    contexts = [SmallTalkContext(name=persona.name, profile=persona.profile, style=persona.style, topic=p.topic,
+                                 topic_description=catalog.topics[p.topic].description if p.topic in catalog.topics
+                                 else p.topic, date=f"{p.time:%Y-%m-%d}", n_exchanges=p.small_talk,
+                                 assistant_words_min=_words(config)[0], assistant_words_max=_words(config)[1])
+                for p in asked]
+    specs = [replace(SMALL_TALK, output=small_talk_draft(p.small_talk, _words(config))) for p in asked]
+    drafts = dict(zip((p.session_id for p in asked), llm.generate_each(specs, contexts) if asked else [], strict=True))
+    out = {}
+    for plan in plans:
+        kept = []
+        for ex in (draft.exchanges if (draft := drafts.get(plan.session_id)) else []):
+            if (any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config)
+                    or unreadable(ex.user, ex.assistant, allowed)):
+                stats.small_talk_dropped += 1
+            else:
+                kept.append((_clean(ex.user), _clean(ex.assistant)))
+        stats.small_talk_kept += len(kept)
+        out[plan.session_id] = kept or ([] if plan.beats else [_plain_small_talk(plan.topic)])
+    return out
 
 
 def _plain_small_talk(topic: str) -> tuple[str, str]:
