@@ -64,7 +64,7 @@ def render_card(manifest: Manifest, tables: dict[str, list[BaseModel]]) -> str:
         _baselines(queries, manifest.stats.get("probe")),
         _forms(queries),
         _filtering(manifest.stats.get("probe"), manifest.stats.get("stance_checks")),
-        _origin(manifest.stats.get("text_origin")),
+        _origin(manifest.stats.get("text_origin"), (manifest.config.get("text") or {}).get("writing", "session")),
         _evaluating(manifest),
         _exports(tables),
         _glossary(),
@@ -210,10 +210,12 @@ ORIGIN_FIELDS = {"item": "inventory items (preference labels)", "profile": "pers
                  "question": "question wording", "option": "option wording"}
 
 
-def _origin(origin: dict | None) -> str:
+def _origin(origin: dict | None, writing: str = "session") -> str:
     """Per model-written field: accepted from the model, accepted when asked again, or written by code."""
     if not origin:
         return ""
+    seeded = (" In this version's writing mode (`text.writing: turn`, the small model's), a user turn of a beat "
+              "opens with code's words for its fact and the model goes on." if writing == "turn" else "")
     rows = [[ORIGIN_FIELDS.get(name, name), o["model"], o["reasked"], o["code"]] for name, o in origin.items()]
     return ("## Where the text comes from\n\nEvery field the model writes passes a readability check "
             "(`pipeline/text/quality.py`: word count and word length bounds, words with letters, stop words, "
@@ -221,7 +223,7 @@ def _origin(origin: dict | None) -> str:
             "no names nobody in the conversation has) and, for turns, the stance and item checks; a text that "
             "fails is asked again, then written by code. Items the model proposes that fail are replaced from "
             "the hand-written catalog. Labels (which item, which stance, which option is right) are always "
-            "code's. Filler turns are real ShareGPT conversations.\n\n"
+            "code's. Filler turns are real ShareGPT conversations." + seeded + "\n\n"
             + _table(["field", "model, first answer", "model, asked again", "written by code"], rows))
 
 
