@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from pipeline.prompting import PromptSpec
 from schemas.drafts import (
-    AssistantTurnContext,
     BeatContext,
     ExchangeDraft,
     FillerContext,
@@ -14,9 +13,6 @@ from schemas.drafts import (
     ProfileDraft,
     SessionContext,
     SmallTalkContext,
-    UserTurnContext,
-    UserTurnDraft,
-    assistant_turn_draft,
     inventory_draft,
     narration_draft,
     session_draft,
@@ -26,6 +22,12 @@ from schemas.judging import AnswerVerdict, JudgeAnswerContext
 from schemas.llm import PingContext, PingReply
 from schemas.query import QUERY_TYPES
 from schemas.query_drafts import JudgeContext, QueryContext, judge_draft, query_draft
+from schemas.turn_drafts import (
+    AssistantTurnContext,
+    UserTurnContext,
+    UserTurnDraft,
+    assistant_turn_draft,
+)
 
 PING = PromptSpec(name="gateway.ping", template="gateway/ping.jinja", context=PingContext, output=PingReply)
 # Stages whose output size is set per call replace `output` with the sized model (dataclasses.replace);

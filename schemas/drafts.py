@@ -7,7 +7,6 @@ annotations in pure, tested functions. Minimum lengths keep a weak model from re
 from __future__ import annotations
 
 import random
-import re
 from functools import cache
 from typing import Annotated, Literal
 
@@ -393,63 +392,3 @@ class FillerContext(BaseModel):
 
     subject: str
     n_exchanges: int
-
-
-# -- the small-model writing mode (text.writing: turn): one short call per turn ---------------------------
-class UserTurnContext(BaseModel):
-    """Who speaks and the opening code wrote for the one fact to voice: a prompt a 135M model can follow."""
-
-    model_config = _examples({"name": "Amara Okafor", "age": 34, "occupation": "nurse",
-                              "opening": "Since I was diagnosed with high blood pressure, I have come to avoid "
-                                         "spicy Sichuan hotpot"})
-
-    name: str
-    age: int | None
-    occupation: str | None
-    opening: str
-
-
-class UserTurnDraft(BaseModel):
-    """One user message in plain words."""
-
-    text: str = Field(min_length=10, max_length=300, description="The message, one or two sentences.")
-
-
-GO_ON = (". It has been on my mind lately.", ", and I wanted you to know.", ". Just so you have it in mind.",
-         ", which surprised me a little.")
-
-
-def _regex_literal(text: str) -> str:
-    """``text`` as a regular expression that matches it literally (spaces left alone: a grammar reads them)."""
-    return re.sub(r"([.^$*+?()\[\]{}|\\])", r"\\\1", text)
-
-
-def user_turn_draft(opening: str) -> type[UserTurnDraft]:
-    """A user message that starts with ``opening`` (code's words, so the fact is voiced as planned) and goes
-    on in the model's own words; the embedded model's grammar holds it to that start."""
-    pattern = "^" + _regex_literal(opening) + '[^"\\\\]{8,240}$'
-    model = create_model("UserTurnDraft", __base__=UserTurnDraft, text=(str, Field(
-        min_length=len(opening) + 8, max_length=len(opening) + 240, pattern=pattern,
-        description="The message: the opening, then a sentence or two of your own.")))
-    model.fake_output = classmethod(lambda cls, context, rng: cls(text=opening + rng.choice(GO_ON)))
-    return model
-
-
-class AssistantTurnContext(BaseModel):
-    """The user's message the assistant answers, and how long the answer is."""
-
-    model_config = _examples({"message": "These days I avoid spicy Sichuan hotpot.", "topic": "food",
-                              "words_min": 20, "words_max": 80})
-
-    message: str
-    topic: str
-    words_min: int
-    words_max: int
-
-
-def assistant_turn_draft(words_min: int, words_max: int) -> type[BaseModel]:
-    """The assistant's reply of ``words_min``-``words_max`` words."""
-    model = create_model(f"AssistantTurnDraft{words_min}to{words_max}", text=_assistant_field(words_min, words_max))
-    model.fake_output = classmethod(lambda cls, context, rng: cls(text=helpful_reply(
-        "Thanks for telling me, that helps me understand you better.", (words_min, words_max), rng)))
-    return model

@@ -25,21 +25,23 @@ from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn
 from schemas.drafts import (
-    AssistantTurnContext,
     BeatContext,
     ExchangeDraft,
     SessionBeatView,
     SessionContext,
     SmallTalkContext,
-    UserTurnContext,
-    assistant_turn_draft,
     exchange_draft,
     session_draft,
     small_talk_draft,
-    user_turn_draft,
 )
 from schemas.persona import Persona
 from schemas.timeline import Timeline
+from schemas.turn_drafts import (
+    AssistantTurnContext,
+    UserTurnContext,
+    assistant_turn_draft,
+    user_turn_draft,
+)
 
 
 class SessionStats(BaseModel):
