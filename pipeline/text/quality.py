@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Iterable
-from functools import cache
+from functools import cache, lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, Field
@@ -118,7 +118,7 @@ def _shape_problem(text: str, ws: list[str]) -> str | None:
     return None
 
 
-def _vocabulary_problem(text: str, ws: list[str], field: str, bounds: Bounds, allowed: frozenset[str]) -> str | None:
+def _vocabulary_problem(text: str, ws: list[str], field: str, bounds: Bounds, allowed: _Vocabulary) -> str | None:
     """Words of no language, and capitalised names nobody in the conversation has."""
     alpha = [w for w in ws if not w.isdigit()]
     floor = ITEM_ZIPF if field == "item" else KNOWN_ZIPF
@@ -138,7 +138,7 @@ def _vocabulary_problem(text: str, ws: list[str], field: str, bounds: Bounds, al
     return None
 
 
-def _known(word: str, allowed: frozenset[str], floor: float) -> bool:
+def _known(word: str, allowed: _Vocabulary, floor: float) -> bool:
     w = word.lower().strip("'-")
     base = re.sub(r"\d+$", "", w)  # the fake backend numbers its items: "movie03"
     parts = [p for p in re.split(r"[-']", base) if p]
@@ -156,8 +156,24 @@ def _names(text: str) -> list[str]:
     return out
 
 
-def _vocabulary(allowed: Iterable[str]) -> frozenset[str]:
-    return frozenset(w.lower() for a in allowed for w in re.split(r"[\s,./()]+", a) if w) | _catalog_words()
+class _Vocabulary:
+    """Known words: the caller's, then the catalog's (looked up apart, so the catalog's set is never copied)."""
+
+    def __init__(self, allowed: Iterable[str]) -> None:
+        self.own = _split_words(tuple(allowed))
+
+    def __contains__(self, word: str) -> bool:
+        return word in self.own or word in _catalog_words()
+
+
+@lru_cache(maxsize=64)
+def _split_words(allowed: tuple[str, ...]) -> frozenset[str]:
+    """A stage checks many texts against one persona's words: split them once."""
+    return frozenset(w.lower() for a in allowed for w in re.split(r"[\s,./()]+", a) if w)
+
+
+def _vocabulary(allowed: Iterable[str]) -> _Vocabulary:
+    return _Vocabulary(allowed)
 
 
 @cache

@@ -67,15 +67,16 @@ def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
     unvoiced = _unvoiced_before(plans, items)
     done: dict[tuple[str, int], tuple[str, str, bool]] = {}
     talks: dict[str, list[tuple[str, str]]] = {}
-    if writing_mode(config, llm) == "session":
+    mode = writing_mode(config, llm)
+    if mode == "session":
         talks = _whole_sessions(persona, plans, items, unvoiced, done, llm=llm, config=config, stats=stats,
                                 allowed=allowed)
     first = len(done)  # beats the session calls wrote: the model's first answer
-    if writing_mode(config, llm) == "turn":
+    if mode == "turn":
         first = _turn_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats, allowed=allowed)
     beat_turns = _beat_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats,
-                                 first_sample=1 if writing_mode(config, llm) == "session" else 0, allowed=allowed,
-                                 first=first, write=writing_mode(config, llm) != "turn")
+                                 first_sample=1 if mode == "session" else 0, allowed=allowed,
+                                 first=first, write=mode != "turn")
     if not talks:  # not the whole-session mode: the ordinary exchanges are their own calls
         talks = _small_talks(persona, plans, items, llm=llm, config=config, stats=stats, allowed=allowed)
     sessions = []
@@ -143,8 +144,7 @@ def _split_session(plan, draft, items, unvoiced, done, config, stats, allowed) -
     exchanges = draft.exchanges if draft is not None else []
     for j, ex in zip(session_order(plan.small_talk, len(plan.beats)), exchanges, strict=False):
         if j is None:
-            if (any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config)
-                    or unreadable(ex.user, ex.assistant, allowed)):
+            if _ordinary_problem(ex, items, config, allowed):
                 stats.small_talk_dropped += 1
             else:
                 kept.append((_clean(ex.user), _clean(ex.assistant)))
@@ -344,8 +344,7 @@ def _small_talks(persona, plans: list[SessionPlan], items: list[str], *, llm, co
     for plan in plans:
         kept = []
         for ex in (draft.exchanges if (draft := drafts.get(plan.session_id)) else []):
-            if (any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config)
-                    or unreadable(ex.user, ex.assistant, allowed)):
+            if _ordinary_problem(ex, items, config, allowed):
                 stats.small_talk_dropped += 1
             else:
                 kept.append((_clean(ex.user), _clean(ex.assistant)))
@@ -359,6 +358,12 @@ def _plain_small_talk(topic: str) -> tuple[str, str]:
     label = topic_label(topic)
     return (f"Could you give me a few general pointers on {label}?",
             f"Of course. With {label}, it helps to start from what you need right now and go step by step.")
+
+
+def _ordinary_problem(ex: ExchangeDraft, items: list[str], config: RunConfig, allowed: list[str]) -> bool:
+    """An ordinary exchange is dropped when it names a preference item, misses its length, or is not readable."""
+    return (any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config)
+            or unreadable(ex.user, ex.assistant, allowed) is not None)
 
 
 def _too_long(ex: ExchangeDraft, config: RunConfig) -> bool:
