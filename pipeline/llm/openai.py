@@ -78,8 +78,10 @@ class OpenAIBackend:
     def chat(self) -> ChatOpenAI:
         """The LangChain chat model; built on first use, on the gateway loop."""
         s = self.settings
-        # connect bounded on its own; a try as a whole (first byte and total) by the gateway's timeout
-        timeout = httpx.Timeout(s.timeout_s, connect=min(s.connect_timeout_s, s.timeout_s))
+        # connect bounded on its own; a try as a whole (first byte and total) by the gateway's timeout.
+        # openai.Timeout is the SDK's own HTTP library's class (httpx before openai 3.x's move to httpx2,
+        # httpx2 after): an httpx.Timeout is refused by the newer SDK with a TypeError on every call.
+        timeout = openai.Timeout(s.timeout_s, connect=min(s.connect_timeout_s, s.timeout_s))
         return _PlainTextChatOpenAI(model=self.model, api_key=self._api_key(), base_url=self.base_url,
                                     timeout=timeout, max_retries=0, temperature=s.temperature, top_p=s.top_p,
                                     max_completion_tokens=s.max_tokens)
