@@ -25,6 +25,8 @@ ALLOWED = ["Piotr", "Gdansk", "pharmacist", "spicy Sichuan hotpot"]
     ("hotpot hotpot hotpot hotpot hotpot hotpot hotpot hotpot hotpot hotpot hotpot", "user_turn"),
     ("Zorblat quix vemmel trandu ploshk and the vibbernot zank", "assistant_turn"),
     ("I told Bharati and Zhiyuan that I have come to love spicy Sichuan hotpot.", "user_turn"),
+    ("Tzitarmathia, tes tesseradis, it is a thing that has many names. However, the most common name for it would be "
+     "Sichuan hotpot.", "assistant_turn"),  # a word of no language that starts a sentence
     ("", "reason"),
 ])
 def test_unreadable_texts_from_a_small_model_are_refused(text, field):
@@ -43,6 +45,7 @@ def test_unreadable_texts_from_a_small_model_are_refused(text, field):
     ("Last spring I moved to a smaller flat near the river, and the quieter street changed how I spend my evenings.",
      "narrative"),
     ("How have my feelings about food developed over time, from what I have shared?", "question"),
+    ("Chengdu is lovely in spring. Brno too, they say.", "assistant_turn"),
 ])
 def test_plain_readable_texts_pass(text, field):
     assert text_problem(text, field, allowed=ALLOWED) is None

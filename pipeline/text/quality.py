@@ -132,8 +132,8 @@ def _vocabulary_problem(text: str, ws: list[str], field: str, bounds: Bounds, al
         return None
     if len(alpha) >= 4 and len(unknown) > (1 - bounds.known_share) * len(alpha):
         return f"{len(unknown)} of {len(alpha)} words unknown ({unknown[0]!r})"
-    for name in _names(text):
-        if name.lower() not in allowed and _zipf(name.lower()) < NAME_ZIPF:
+    for name, floor in _names(text):
+        if name.lower() not in allowed and _zipf(name.lower()) < floor:
             return f"the name {name!r}, which nobody in the conversation has"
     return None
 
@@ -147,12 +147,14 @@ def _known(word: str, allowed: _Vocabulary, floor: float) -> bool:
                    for p in parts))
 
 
-def _names(text: str) -> list[str]:
-    """Capitalised words that do not start a sentence (the model's inventions show up here)."""
+def _names(text: str) -> list[tuple[str, float]]:
+    """Capitalised words, each with the Zipf floor under which it is an invented name: ``NAME_ZIPF`` inside
+    a sentence; at a sentence's start, where every word is capitalised, ``KNOWN_ZIPF`` (no word at all:
+    "Tzitarmathia, tes tesseradis")."""
     out = []
     for sentence in re.split(r"(?<=[.!?:;\"])\s+|\n+", text):
-        tokens = WORD.findall(sentence)
-        out += [t for t in tokens[1:] if t[:1].isupper() and t != "I" and not t.isupper()]
+        out += [(t, NAME_ZIPF if k else KNOWN_ZIPF) for k, t in enumerate(WORD.findall(sentence))
+                if t[:1].isupper() and t != "I" and not t.isupper()]
     return out
 
 
