@@ -114,6 +114,10 @@ class TextSettings(Strict):
                                     "a short call per turn (the small model's mode); auto: turn on the embedded "
                                     "model, session elsewhere")
     turn_attempts: int = Field(default=4, ge=1, le=8, description="samples per beat in the turn mode")
+    turn_words_min: int = Field(
+        default=30, ge=3, le=1000, description="in the turn mode, the shortest reply accepted, in words (when below "
+                                               "assistant_words_min): the prompt still asks for the profile's range, "
+                                               "which a small model rarely reaches")
     assistant_words_min: int = Field(default=80, ge=3, le=1000, description="shortest assistant turn, in words")
     assistant_words_max: int = Field(default=250, ge=5, le=2000, description="longest assistant turn, in words")
     max_turn_tokens: int = Field(default=450, ge=20, le=4000)

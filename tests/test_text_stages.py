@@ -227,3 +227,65 @@ def test_auto_writes_turns_on_the_embedded_model_and_sessions_elsewhere(tmp_path
     assert with_writing(config, local).text.writing == "turn"
     fixed = config.model_copy(update={"text": config.text.model_copy(update={"writing": "exchange"})})
     assert writing_mode(fixed, local) == "exchange"
+
+
+def _turn_config(profile: str):
+    base = load_config(profile, n_personas=1, seed=4)
+    return base.model_copy(update={"text": base.text.model_copy(update={"writing": "turn"})})
+
+
+def test_the_turn_mode_keeps_a_passing_user_turn_beside_code_reply_when_every_reply_fails(tmp_path):
+    """A reply that never passes does not cost the beat its model-written user turn: the user turn is asked
+    once, only the reply is asked again (``text.turn_attempts`` samples), then code replies; the turns'
+    fallback flags and the origin counts say which turn is whose."""
+    config = _turn_config("smoke")
+    llm = fake_llm(tmp_path)
+    real, asked = llm.generate_each, {"user": 0, "reply": 0}
+
+    def no_replies(spec, contexts, **kwargs):
+        out = real(spec, contexts, **kwargs)
+        names = [s.name for s in spec] if isinstance(spec, list | tuple) else [spec.name] * len(contexts)
+        asked["user"] += names.count("write_sessions.turn_user")
+        asked["reply"] += names.count("write_sessions.turn_assistant")
+        return [None if n == "write_sessions.turn_assistant" else o for n, o in zip(names, out, strict=True)]
+
+    llm.generate_each = no_replies
+    (seed,) = sample_personas(1, run_seed=config.seed, settings=config.personas)
+    result = build_persona_text(seed, config=config, llm=llm)
+    beats = result.stats.beats
+    assert beats and asked == {"user": beats, "reply": beats * config.text.turn_attempts}
+    check_persona(result, config)
+    pairs = [(s.turns[k], s.turns[k + 1]) for s in result.sessions for k in range(0, len(s.turns), 2)
+             if s.turns[k].pref_versions or s.turns[k].event_ids]
+    assert len(pairs) == beats
+    assert all(not user.fallback and assistant.fallback for user, assistant in pairs)
+    assert all(assistant.content.startswith("Thank you for telling me.") for _, assistant in pairs)
+    origin = result.stats.origin
+    assert (origin["user_turn"].model, origin["user_turn"].code) == (beats, 0)
+    assert (origin["assistant_turn"].model + origin["assistant_turn"].reasked, origin["assistant_turn"].code) == (0, beats)
+    assert result.stats.fallback_beats == 0  # the beat's fact is in the model's words
+
+
+def test_the_turn_mode_writes_ordinary_exchanges_a_turn_at_a_time(tmp_path):
+    """On a profile with ordinary exchanges, the turn mode asks them turn by turn too (no JSON session or
+    small-talk call), opening with a plain question on the topic, and keeps those whose turns both pass."""
+    config = _turn_config("default")
+    llm = fake_llm(tmp_path)
+    (seed,) = sample_personas(1, run_seed=config.seed, settings=config.personas)
+    result = build_persona_text(seed, config=config, llm=llm)
+    specs = [req.output.__name__ for req in llm.backend.requests]
+    assert not any(s.startswith(("ExchangeDraft", "SessionDraft", "SmallTalkDraft")) for s in specs)
+    stats = result.stats
+    assert stats.small_talk_kept > stats.beats and stats.small_talk_dropped == 0
+    assert specs.count("UserTurnDraft") == stats.beats + stats.small_talk_kept
+    ordinary = [t for s in result.sessions for t in s.turns if t.role == "user" and not (t.pref_versions or t.event_ids)]
+    assert ordinary and all(not t.fallback for t in ordinary)
+    assert all(t.content.startswith(("Could I get", "I would like", "I have been reading", "Can you help")) for t in ordinary)
+    check_persona(result, config)
+
+
+def test_the_turn_mode_accepts_shorter_replies_than_it_asks_for():
+    from pipeline.text.turn_mode import reply_words
+
+    assert reply_words(load_config("default")) == (30, 250)  # asked 80-250: a 135M model rarely writes 80
+    assert reply_words(load_config("smoke")) == (5, 60)  # a floor above the profile's own leaves it alone

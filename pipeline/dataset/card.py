@@ -214,8 +214,12 @@ def _origin(origin: dict | None, writing: str = "session") -> str:
     """Per model-written field: accepted from the model, accepted when asked again, or written by code."""
     if not origin:
         return ""
-    seeded = (" In this version's writing mode (`text.writing: turn`, the small model's), a user turn of a beat "
-              "opens with code's words for its fact and the model goes on." if writing == "turn" else "")
+    seeded = (" In this version's writing mode (`text.writing: turn`, the small model's), every turn is its own "
+              "call: a user turn opens with code's words (a beat's fact, or a plain question on the topic for an "
+              "ordinary exchange) and the model goes on; a reply is accepted from `text.turn_words_min` words. A "
+              "beat whose replies all failed keeps the model's user turn beside a reply written by code (the "
+              "turn's `fallback` flag says which); an ordinary exchange that fails is dropped."
+              if writing == "turn" else "")
     rows = [[ORIGIN_FIELDS.get(name, name), o["model"], o["reasked"], o["code"]] for name, o in origin.items()]
     return ("## Where the text comes from\n\nEvery field the model writes passes a readability check "
             "(`pipeline/text/quality.py`: word count and word length bounds, words with letters, stop words, "

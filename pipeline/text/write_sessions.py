@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from pipeline.dataset.budget import with_token_counts
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
-from pipeline.specs import BEAT, SESSION, SMALL_TALK, TURN_ASSISTANT, TURN_USER
+from pipeline.specs import BEAT, SESSION, SMALL_TALK
 from pipeline.text.beats import (
     Beat,
     SessionPlan,
@@ -19,14 +19,26 @@ from pipeline.text.beats import (
     plan_sessions,
     topic_label,
 )
-from pipeline.text.quality import Origin, count, text_problem, words
+from pipeline.text.quality import Origin
+from pipeline.text.turn_mode import (
+    Exchange,
+    TurnAsk,
+    count_origin,
+    echoes,
+    length_problem,
+    ordinary_openings,
+    reply_words,
+    turn_opening,
+    unreadable,
+    write_turns,
+)
+from pipeline.text.turn_mode import clean as _clean
 from pipeline.timeline.catalog import load_catalog
 from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn
 from schemas.drafts import (
     BeatContext,
-    ExchangeDraft,
     SessionBeatView,
     SessionContext,
     SmallTalkContext,
@@ -36,12 +48,9 @@ from schemas.drafts import (
 )
 from schemas.persona import Persona
 from schemas.timeline import Timeline
-from schemas.turn_drafts import (
-    AssistantTurnContext,
-    UserTurnContext,
-    assistant_turn_draft,
-    user_turn_draft,
-)
+from schemas.turn_drafts import UserTurnContext
+
+__all__ = ["echoes", "length_problem", "unreadable", "turn_opening", "write_sessions", "writing_mode", "with_writing"]
 
 
 class SessionStats(BaseModel):
@@ -65,36 +74,33 @@ def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
     allowed = [persona.name, persona.location or "", persona.occupation or "", *items,
                *(e.summary for e in timeline.events)]
     unvoiced = _unvoiced_before(plans, items)
-    done: dict[tuple[str, int], tuple[str, str, bool]] = {}
-    talks: dict[str, list[tuple[str, str]]] = {}
+    done: dict[tuple[str, int], Exchange] = {}
+    talks: dict[str, list[Exchange]] = {}
     mode = writing_mode(config, llm)
     if mode == "session":
         talks = _whole_sessions(persona, plans, items, unvoiced, done, llm=llm, config=config, stats=stats,
                                 allowed=allowed)
-    first = len(done)  # beats the session calls wrote: the model's first answer
     if mode == "turn":
-        first = _turn_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats, allowed=allowed)
+        _turn_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats, allowed=allowed)
+        talks = _turn_small_talks(persona, plans, items, llm=llm, config=config, stats=stats, allowed=allowed)
     beat_turns = _beat_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats,
-                                 first_sample=1 if mode == "session" else 0, allowed=allowed,
-                                 first=first, write=mode != "turn")
-    if not talks:  # not the whole-session mode: the ordinary exchanges are their own calls
+                                 first_sample=1 if mode == "session" else 0, allowed=allowed, write=mode != "turn")
+    if not talks:  # the exchange mode: the ordinary exchanges are one call per session
         talks = _small_talks(persona, plans, items, llm=llm, config=config, stats=stats, allowed=allowed)
     sessions = []
     for plan in plans:
         talk = talks[plan.session_id]
         sessions.append(build_session(plan, beat_turns[plan.session_id], talk,
                                       provenance=_provenance(llm, beat_turns[plan.session_id], config)))
-        plain = sum(t == _plain_small_talk(plan.topic) for t in talk)
-        for turn in ("user_turn", "assistant_turn"):
-            count(stats.origin, turn, model=len(talk) - plain, code=plain)
+        count_origin(stats.origin, [*beat_turns[plan.session_id], *talk])
     return sessions, stats
 
 
-def _provenance(llm: LLM, exchanges: list[tuple[str, str, bool]], config: RunConfig) -> dict[str, str]:
+def _provenance(llm: LLM, exchanges: list[Exchange], config: RunConfig) -> dict[str, str]:
     talk = SESSION if writing_mode(config, llm) == "session" else SMALL_TALK
     return {"model": llm.name, "beat_template": llm.fingerprint(BEAT)[:16],
             f"{talk.name.split('.')[-1]}_template": llm.fingerprint(talk)[:16],
-            "fallback_beats": str(sum(f for _, _, f in exchanges))}
+            "fallback_beats": str(sum(ex.user_from is None for ex in exchanges))}
 
 
 def session_order(n_talk: int, n_beats: int) -> list[int | None]:
@@ -122,7 +128,7 @@ def _session_context(persona: Persona, plan: SessionPlan, config: RunConfig) -> 
                           assistant_words_max=words[1], beats=beats)
 
 
-def _whole_sessions(persona, plans, items, unvoiced, done, *, llm, config, stats, allowed) -> dict[str, list[tuple[str, str]]]:
+def _whole_sessions(persona, plans, items, unvoiced, done, *, llm, config, stats, allowed) -> dict[str, list[Exchange]]:
     """One call per session (grouped by size): beat exchanges that pass their checks go into ``done``;
     returns each session's kept ordinary exchanges (offenders are dropped, never repaired)."""
     by_size: dict[int, list[SessionPlan]] = {}
@@ -138,46 +144,26 @@ def _whole_sessions(persona, plans, items, unvoiced, done, *, llm, config, stats
     return talks
 
 
-def _split_session(plan, draft, items, unvoiced, done, config, stats, allowed) -> list[tuple[str, str]]:
+def _split_session(plan, draft, items, unvoiced, done, config, stats, allowed) -> list[Exchange]:
     """Check a drafted session: keep faithful beat exchanges in ``done``, return the clean ordinary ones."""
-    kept: list[tuple[str, str]] = []
+    kept: list[Exchange] = []
     exchanges = draft.exchanges if draft is not None else []
     for j, ex in zip(session_order(plan.small_talk, len(plan.beats)), exchanges, strict=False):
         if j is None:
-            if _ordinary_problem(ex, items, config, allowed):
+            if _ordinary_problem(ex.user, ex.assistant, items, config, allowed):
                 stats.small_talk_dropped += 1
             else:
-                kept.append((_clean(ex.user), _clean(ex.assistant)))
+                kept.append(Exchange(_clean(ex.user), _clean(ex.assistant), 0, 0))
             continue
         problem = beat_problem(plan.beats[j], ex.user, ex.assistant, unvoiced=unvoiced,
                                max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(
             ex.assistant, _words(config)) or unreadable(ex.user, ex.assistant, allowed)
         if problem is None:
-            done[(plan.session_id, j)] = (_clean(ex.user), _clean(ex.assistant), False)
+            done[(plan.session_id, j)] = Exchange(_clean(ex.user), _clean(ex.assistant), 0, 0)
         else:
             stats.problems[problem.split(" '")[0]] = stats.problems.get(problem.split(" '")[0], 0) + 1
     stats.small_talk_kept += len(kept)
     return kept or ([] if plan.beats else [_plain_small_talk(plan.topic)])
-
-
-def unreadable(user: str, assistant: str, allowed: list[str]) -> str | None:
-    """Why a drafted exchange is not readable (``quality.text_problem`` on each turn), or None."""
-    problem = text_problem(user, "user_turn", allowed=allowed)
-    if problem is not None:
-        return f"unreadable user turn ({problem})"
-    problem = text_problem(assistant, "assistant_turn", allowed=allowed)
-    if problem is not None:
-        return f"unreadable assistant turn ({problem})"
-    return "assistant turn echoes the user's message" if echoes(user, assistant) else None
-
-
-def echoes(user: str, assistant: str, span: int = 5) -> bool:
-    """Whether the reply repeats ``span`` consecutive words of the user's message (the small model often
-    answers in the user's voice: "I have come to enjoy ...")."""
-    said = [w.lower() for w in words(user)]
-    grams = {tuple(said[i:i + span]) for i in range(len(said) - span + 1)}
-    reply = [w.lower() for w in words(assistant)]
-    return any(tuple(reply[i:i + span]) in grams for i in range(len(reply) - span + 1))
 
 
 def _unvoiced_before(plans: list[SessionPlan], items: list[str]) -> dict[str, list[str]]:
@@ -200,20 +186,11 @@ def _beat_context(persona: Persona, plan: SessionPlan, beat: Beat, words: tuple[
                        reason=beat.reason, event=beat.event, assistant_words_min=words[0], assistant_words_max=words[1])
 
 
-def length_problem(assistant: str, words: tuple[int, int]) -> str | None:
-    """Why an assistant turn misses the profile's target length (in words), or None when it fits."""
-    n = len(assistant.split())
-    if n < words[0]:
-        return f"assistant turn shorter than {words[0]} words"
-    if n > words[1]:
-        return f"assistant turn longer than {words[1]} words"
-    return None
-
-
 def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first_sample: int = 0, allowed=(),
-                    first: int = 0, write: bool = True) -> dict[str, list[tuple[str, str, bool]]]:
-    """Per session, one (user, assistant, is_fallback) per beat, in beat order; beats already in ``done``
-    (written by the session call) are kept, the others are worded one call each from ``first_sample``."""
+                    write: bool = True) -> dict[str, list[Exchange]]:
+    """Per session, one exchange per beat, in beat order; beats already in ``done`` (written by the session
+    call, or the turn mode) are kept, the others are worded one call each from ``first_sample``; what is left
+    is code's."""
     words = _words(config)
     todo = [(plan, i, beat) for plan in plans for i, beat in enumerate(plan.beats)]
     stats.beats = len(todo)
@@ -230,22 +207,18 @@ def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first
                 max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(
                 draft.assistant, words) or unreadable(draft.user, draft.assistant, list(allowed))
             if problem is None:
-                done[(plan.session_id, i)] = (_clean(draft.user), _clean(draft.assistant), False)
-                first += sample == 0
+                done[(plan.session_id, i)] = Exchange(_clean(draft.user), _clean(draft.assistant), sample, sample)
             else:
                 stats.problems[problem.split(" '")[0]] = stats.problems.get(problem.split(" '")[0], 0) + 1
-    out: dict[str, list[tuple[str, str, bool]]] = {}
+    out: dict[str, list[Exchange]] = {}
     for plan in plans:
         exchanges = []
         for i, beat in enumerate(plan.beats):
             if (plan.session_id, i) not in done:
                 stats.fallback_beats += 1
-                done[(plan.session_id, i)] = (*fallback_exchange(beat, topic_label(plan.topic)), True)
+                done[(plan.session_id, i)] = Exchange(*fallback_exchange(beat, topic_label(plan.topic)), None, None)
             exchanges.append(done[(plan.session_id, i)])
         out[plan.session_id] = exchanges
-    code = stats.fallback_beats
-    for turn in ("user_turn", "assistant_turn"):
-        count(stats.origin, turn, model=first, reasked=stats.beats - code - first, code=code)
     return out
 
 
@@ -264,71 +237,73 @@ def with_writing(config: RunConfig, llm: LLM) -> RunConfig:
         update={"text": config.text.model_copy(update={"writing": mode})})
 
 
-def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, allowed) -> int:
-    """The small-model mode: per beat, a short call for the user's message (who speaks, the one fact), then
-    one for the assistant's reply to that message alone; each turn checked (item, stance, readability),
-    asked again with the next sample up to ``text.turn_attempts`` times; the beats left are code's. Returns
-    how many the first sample wrote."""
-    words = _words(config)
-    todo = [(plan, i, beat) for plan in plans for i, beat in enumerate(plan.beats)]
-    spec = replace(TURN_ASSISTANT, output=assistant_turn_draft(*words))
-    first = 0
-    for sample in range(config.text.turn_attempts):
-        pending = [(p, i, b) for p, i, b in todo if (p.session_id, i) not in done]
-        if not pending:
-            break
-        stats.regenerated += len(pending) if sample else 0
-        asks = [_user_turn_context(persona, p, i, b, config) for p, i, b in pending]
-        users = llm.generate_each([replace(TURN_USER, output=user_turn_draft(o)) for o, _ in asks],
-                                  [c for _, c in asks], sample_index=sample)
-        kept = [(p, i, b, _clean(u.text)) for (p, i, b), u in zip(pending, users, strict=True) if u is not None
-                and _turn_problem(b, _clean(u.text), "", unvoiced[p.session_id], config, allowed, stats) is None]
-        replies = llm.generate_each(spec, [AssistantTurnContext(message=u, topic=topic_label(p.topic), words_min=words[0],
-                                                                words_max=words[1]) for p, _, _, u in kept],
-                                    sample_index=sample)
-        for (plan, i, beat, user), reply in zip(kept, replies, strict=True):
-            text = _clean(reply.text) if reply is not None else ""
-            if _turn_problem(beat, user, text, unvoiced[plan.session_id], config, allowed, stats) is None:
-                done[(plan.session_id, i)] = (user, text, False)
-                first += sample == 0
-    return first
+def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, allowed) -> None:
+    """The small-model mode's beats (``turn_mode.write_turns``): a user turn opening with the beat's fact, each
+    turn checked (item, stance, readability); a beat whose user turn passed but whose replies all failed
+    keeps that turn beside code's reply, the rest are left to code."""
+    asks = []
+    for plan in plans:
+        for i, beat in enumerate(plan.beats):
+            opening = turn_opening(beat, derive_rng(config.seed, persona.persona_id, f"opening:{plan.session_id}:{i}"))
+            asks.append(TurnAsk(
+                key=(plan.session_id, i), topic=topic_label(plan.topic),
+                context=UserTurnContext(name=persona.name, age=persona.age, occupation=persona.occupation, opening=opening),
+                user_problem=lambda u, b=beat, p=plan: _turn_problem(b, u, "", unvoiced[p.session_id], config, allowed),
+                reply_problem=lambda u, r, b=beat, p=plan: _turn_problem(b, u, r, unvoiced[p.session_id], config, allowed)))
+    written = write_turns(asks, llm=llm, config=config, stats=stats)
+    for plan in plans:
+        for i, beat in enumerate(plan.beats):
+            if (key := (plan.session_id, i)) in written:
+                user, s, reply, r = written[key]
+                done[key] = Exchange(user, reply if reply is not None else
+                                     fallback_exchange(beat, topic_label(plan.topic))[1], s, r)
 
 
-def _turn_problem(beat: Beat, user: str, assistant: str, unvoiced: list[str], config: RunConfig, allowed,
-                  stats: SessionStats) -> str | None:
-    """A turn mode draft's first problem (the user turn alone while the assistant's is ""), counted."""
+def _turn_problem(beat: Beat, user: str, assistant: str, unvoiced: list[str], config: RunConfig, allowed) -> str | None:
+    """A turn mode draft's first problem (the user turn alone while the assistant's is "")."""
     reply = assistant or "Thanks for telling me, that helps me understand you better."
     problem = beat_problem(beat, user, reply, unvoiced=unvoiced, max_tokens=config.text.max_turn_tokens,
                            count=count_tokens) or unreadable(user, reply, list(allowed))
     if assistant and problem is None:
-        problem = length_problem(assistant, _words(config))
-    if problem is not None:
-        stats.problems[problem.split(" '")[0]] = stats.problems.get(problem.split(" '")[0], 0) + 1
+        problem = length_problem(assistant, reply_words(config))
     return problem
 
 
-def _user_turn_context(persona: Persona, plan: SessionPlan, index: int, beat: Beat,
-                       config: RunConfig) -> tuple[str, UserTurnContext]:
-    opening = turn_opening(beat, derive_rng(config.seed, persona.persona_id, f"opening:{plan.session_id}:{index}"))
-    return opening, UserTurnContext(name=persona.name, age=persona.age, occupation=persona.occupation, opening=opening)
-
-
-def turn_opening(beat: Beat, rng) -> str:
-    """Code's first words of a user turn in the turn mode: the beat's fact, plainly (the model goes on)."""
-    verb = {"like": ("really enjoy", "have come to enjoy"), "dislike": ("really dislike", "have come to avoid")}
-    if beat.kind == "initial_preference" and beat.item:
-        return f"{rng.choice(('Honestly, I', 'I have to say I', 'For what it is worth, I'))} {verb[beat.stance or 'like'][0]} {beat.item}"
-    if beat.kind == "preference_update" and beat.item:
-        return f"Since I {beat.event}, I {verb[beat.stance or 'like'][1]} {beat.item}"
-    return f"{rng.choice(('By the way, I', 'Small news: I', 'Just so you know, I'))} {beat.event}"
-
-
-def _clean(text: str) -> str:
-    return " ".join(text.split())
+def _turn_small_talks(persona, plans: list[SessionPlan], items: list[str], *, llm, config, stats,
+                      allowed) -> dict[str, list[Exchange]]:
+    """The small-model mode's ordinary exchanges: per exchange, a user turn opening with a plain question on
+    the topic, then the reply; an exchange whose turns do not both pass is dropped, never repaired."""
+    catalog, asks = load_catalog(), []
+    openings = {topic: iter(ordinary_openings(topic_label(topic), list(catalog.facets.get(topic, {}).values()),
+                                              sum(p.small_talk for p in plans if p.topic == topic),
+                                              derive_rng(config.seed, persona.persona_id, f"ordinary:{topic}")))
+                for topic in {p.topic for p in plans}}
+    for plan in plans:
+        label = topic_label(plan.topic)
+        for k in range(plan.small_talk):
+            opening = next(openings[plan.topic])
+            asks.append(TurnAsk(
+                key=(plan.session_id, k), topic=label,
+                context=UserTurnContext(name=persona.name, age=persona.age, occupation=persona.occupation, opening=opening),
+                user_problem=lambda u: _ordinary_problem(u, "Happy to help with that.", items, config, allowed,
+                                                         words=(1, 10_000)),
+                reply_problem=lambda u, r: _ordinary_problem(u, r, items, config, allowed, words=reply_words(config))))
+    written = write_turns(asks, llm=llm, config=config, stats=stats)
+    out = {}
+    for plan in plans:
+        kept = []
+        for k in range(plan.small_talk):
+            user, s, reply, r = written.get((plan.session_id, k), (None, None, None, None))
+            if user is not None and reply is not None:
+                kept.append(Exchange(user, reply, s, r))
+        stats.small_talk_kept += len(kept)
+        stats.small_talk_dropped += plan.small_talk - len(kept)
+        out[plan.session_id] = kept or ([] if plan.beats else [_plain_small_talk(plan.topic)])
+    return out
 
 
 def _small_talks(persona, plans: list[SessionPlan], items: list[str], *, llm, config, stats,
-                 allowed) -> dict[str, list[tuple[str, str]]]:
+                 allowed) -> dict[str, list[Exchange]]:
     """Every session's ordinary exchanges, one call per session, all in one batch; exchanges that voice an
     item or are not readable are dropped, never repaired."""
     catalog = load_catalog()
@@ -344,47 +319,48 @@ def _small_talks(persona, plans: list[SessionPlan], items: list[str], *, llm, co
     for plan in plans:
         kept = []
         for ex in (draft.exchanges if (draft := drafts.get(plan.session_id)) else []):
-            if _ordinary_problem(ex, items, config, allowed):
+            if _ordinary_problem(ex.user, ex.assistant, items, config, allowed):
                 stats.small_talk_dropped += 1
             else:
-                kept.append((_clean(ex.user), _clean(ex.assistant)))
+                kept.append(Exchange(_clean(ex.user), _clean(ex.assistant), 0, 0))
         stats.small_talk_kept += len(kept)
         out[plan.session_id] = kept or ([] if plan.beats else [_plain_small_talk(plan.topic)])
     return out
 
 
-def _plain_small_talk(topic: str) -> tuple[str, str]:
+def _plain_small_talk(topic: str) -> Exchange:
     """A code-written ordinary exchange, so that a session without beats is never empty."""
     label = topic_label(topic)
-    return (f"Could you give me a few general pointers on {label}?",
-            f"Of course. With {label}, it helps to start from what you need right now and go step by step.")
+    return Exchange(f"Could you give me a few general pointers on {label}?",
+                    f"Of course. With {label}, it helps to start from what you need right now and go step by step.",
+                    None, None)
 
 
-def _ordinary_problem(ex: ExchangeDraft, items: list[str], config: RunConfig, allowed: list[str]) -> bool:
-    """An ordinary exchange is dropped when it names a preference item, misses its length, or is not readable."""
-    return (any(mentions(ex.user, i) or mentions(ex.assistant, i) for i in items) or _too_long(ex, config)
-            or unreadable(ex.user, ex.assistant, allowed) is not None)
+def _ordinary_problem(user: str, assistant: str, items: list[str], config: RunConfig, allowed: list[str],
+                      words: tuple[int, int] | None = None) -> str | None:
+    """Why an ordinary exchange is dropped: it names a preference item, misses its length (``words``, by
+    default the profile's), or is not readable; None when it is kept."""
+    if any(mentions(user, i) or mentions(assistant, i) for i in items):
+        return "ordinary exchange names a preference item"
+    if max(count_tokens(user), count_tokens(assistant)) > config.text.max_turn_tokens:
+        return "ordinary turn over the token cap"
+    return length_problem(assistant, words or _words(config)) or unreadable(user, assistant, allowed)
 
 
-def _too_long(ex: ExchangeDraft, config: RunConfig) -> bool:
-    """Over the token cap, or an assistant turn outside the target words."""
-    too_many = max(count_tokens(ex.user), count_tokens(ex.assistant)) > config.text.max_turn_tokens
-    return too_many or length_problem(ex.assistant, _words(config)) is not None
-
-
-def build_session(plan: SessionPlan, beats: list[tuple[str, str, bool]], talk: list[tuple[str, str]], *, provenance: dict[str, str]) -> SessionWithTurns:
-    """Pure: the exchanges in :func:`session_order` (an opening ordinary exchange, then the beats spread evenly)."""
-    beat_rows = [(u, a, beat, fb) for (u, a, fb), beat in zip(beats, plan.beats, strict=True)]
-    talk_rows = iter([(u, a, None, False) for u, a in talk])
-    rows: list[tuple[str, str, Beat | None, bool]] = [
+def build_session(plan: SessionPlan, beats: list[Exchange], talk: list[Exchange], *, provenance: dict[str, str]) -> SessionWithTurns:
+    """Pure: the exchanges in :func:`session_order` (an opening ordinary exchange, then the beats spread evenly);
+    a turn written by code is flagged ``fallback``."""
+    beat_rows = [(ex, beat) for ex, beat in zip(beats, plan.beats, strict=True)]
+    talk_rows = iter([(ex, None) for ex in talk])
+    rows: list[tuple[Exchange, Beat | None]] = [
         next(talk_rows) if j is None else beat_rows[j] for j in session_order(len(talk), len(beat_rows))]
     turns: list[Turn] = []
-    for user, assistant, beat, fb in rows:
-        turns.append(Turn(session_id=plan.session_id, turn_index=len(turns), role="user", content=user,
+    for ex, beat in rows:
+        turns.append(Turn(session_id=plan.session_id, turn_index=len(turns), role="user", content=ex.user,
                           event_ids=list(beat.event_ids) if beat else [],
-                          pref_versions=list(beat.pref_versions) if beat else [], fallback=fb))
-        turns.append(Turn(session_id=plan.session_id, turn_index=len(turns), role="assistant", content=assistant,
-                          fallback=fb))
+                          pref_versions=list(beat.pref_versions) if beat else [], fallback=ex.user_from is None))
+        turns.append(Turn(session_id=plan.session_id, turn_index=len(turns), role="assistant", content=ex.assistant,
+                          fallback=ex.assistant_from is None))
     session = Session(session_id=plan.session_id, persona_id=plan.persona_id, topic=plan.topic, period=plan.period,
                       time=plan.time, kind="topic", n_turns=len(turns), n_tokens=0, provenance=provenance)
     return with_token_counts(SessionWithTurns(session=session, turns=turns))

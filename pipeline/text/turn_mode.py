@@ -1,0 +1,154 @@
+"""The small model's writing mode (``text.writing: turn``): every turn is its own short plain call.
+
+A user turn opens with code's words (the beat's fact, or a plain question on the topic for an ordinary
+exchange) and the model goes on; the reply is a second call that sees that message alone. Each turn is
+checked on its own. A user turn that passes is kept, and from then on only its reply is asked again, with
+the next sample, up to ``text.turn_attempts`` samples: so a beat whose replies all fail keeps the model's
+user turn beside a code reply (the turn's ``fallback`` flag says which), rather than falling back whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import NamedTuple
+
+from pipeline.llm import LLM
+from pipeline.specs import TURN_ASSISTANT, TURN_USER
+from pipeline.text.beats import Beat
+from pipeline.text.quality import Origin, count, text_problem, words
+from schemas.config import RunConfig
+from schemas.turn_drafts import AssistantTurnContext, UserTurnContext, assistant_turn_draft, user_turn_draft
+
+
+class Exchange(NamedTuple):
+    """A user turn and its reply, each with the sample that wrote it (0: the model's first answer; more:
+    asked again; None: written by code)."""
+
+    user: str
+    assistant: str
+    user_from: int | None
+    assistant_from: int | None
+
+
+def count_origin(origin: dict[str, Origin], exchanges: Sequence[Exchange]) -> None:
+    """Add each turn of ``exchanges`` to ``origin``'s user_turn / assistant_turn counts."""
+    for field, at in (("user_turn", 2), ("assistant_turn", 3)):
+        froms = [ex[at] for ex in exchanges]
+        count(origin, field, model=sum(f == 0 for f in froms), reasked=sum(bool(f) for f in froms),
+              code=sum(f is None for f in froms))
+
+
+@dataclass(frozen=True)
+class TurnAsk:
+    """One exchange to write in the turn mode: what the user turn opens with, and how each turn is checked
+    (a check returns the problem, or None)."""
+
+    key: tuple[str, int]
+    context: UserTurnContext
+    topic: str
+    user_problem: Callable[[str], str | None]
+    reply_problem: Callable[[str, str], str | None]
+
+
+def reply_words(config: RunConfig) -> tuple[int, int]:
+    """The word range a turn-mode reply is accepted in: the profile's, its floor lowered to
+    ``text.turn_words_min`` (the prompt still asks for the profile's range)."""
+    return min(config.text.assistant_words_min, config.text.turn_words_min), config.text.assistant_words_max
+
+
+def write_turns(asks: Sequence[TurnAsk], *, llm: LLM, config: RunConfig,
+                stats) -> dict[tuple[str, int], tuple[str, int, str | None, int | None]]:
+    """key -> (user turn, its sample, reply or None, its sample or None) for every ask whose user turn passed;
+    each sample asks the user turns still missing, then the replies still missing, all as one batch.
+    ``stats`` (a ``SessionStats``) counts the problems and the exchanges asked again."""
+    problems = stats.problems
+    asked = config.text.assistant_words_min, config.text.assistant_words_max
+    spec = replace(TURN_ASSISTANT, output=assistant_turn_draft(*asked))
+    users: dict[tuple[str, int], tuple[str, int]] = {}
+    replies: dict[tuple[str, int], tuple[str, int]] = {}
+    for sample in range(config.text.turn_attempts):
+        pending = [a for a in asks if a.key not in replies]
+        if not pending:
+            break
+        stats.regenerated += len(pending) if sample else 0
+        ask = [a for a in pending if a.key not in users]
+        drafts = llm.generate_each([replace(TURN_USER, output=user_turn_draft(a.context.opening)) for a in ask],
+                                   [a.context for a in ask], sample_index=sample)
+        for a, draft in zip(ask, drafts, strict=True):
+            text = clean(draft.text) if draft is not None else ""
+            if _noted(a.user_problem(text) if draft is not None else "model call failed", problems) is None:
+                users[a.key] = (text, sample)
+        kept = [a for a in pending if a.key in users]
+        drafts = llm.generate_each(spec, [AssistantTurnContext(message=users[a.key][0], topic=a.topic, words_min=asked[0],
+                                                               words_max=asked[1]) for a in kept], sample_index=sample)
+        for a, draft in zip(kept, drafts, strict=True):
+            text = clean(draft.text) if draft is not None else ""
+            problem = a.reply_problem(users[a.key][0], text) if draft is not None else "model call failed"
+            if _noted(problem, problems) is None:
+                replies[a.key] = (text, sample)
+    return {key: (user, s, *replies.get(key, (None, None))) for key, (user, s) in users.items()}
+
+
+def _noted(problem: str | None, problems: dict[str, int]) -> str | None:
+    if problem is not None:
+        name = problem.split(" '")[0]
+        problems[name] = problems.get(name, 0) + 1
+    return problem
+
+
+def turn_opening(beat: Beat, rng) -> str:
+    """Code's first words of a user turn in the turn mode: the beat's fact, plainly (the model goes on)."""
+    verb = {"like": ("really enjoy", "have come to enjoy"), "dislike": ("really dislike", "have come to avoid")}
+    if beat.kind == "initial_preference" and beat.item:
+        return f"{rng.choice(('Honestly, I', 'I have to say I', 'For what it is worth, I'))} {verb[beat.stance or 'like'][0]} {beat.item}"
+    if beat.kind == "preference_update" and beat.item:
+        return f"Since I {beat.event}, I {verb[beat.stance or 'like'][1]} {beat.item}"
+    return f"{rng.choice(('By the way, I', 'Small news: I', 'Just so you know, I'))} {beat.event}"
+
+
+ORDINARY_OPENINGS = ("Could I get your advice on {}", "I would like some general tips on {}",
+                     "I have been reading up on {} lately", "Can you help me think about {}")
+
+
+def ordinary_openings(label: str, subjects: Sequence[str], n: int, rng) -> list[str]:
+    """Code's first words of ``n`` ordinary user turns on one topic: a plain question on one of its
+    ``subjects`` (the topic's facet words; else its label), no two alike while the pairs last, so no two
+    prompts are the same call."""
+    pairs = [template.format(subject) for template in ORDINARY_OPENINGS for subject in (subjects or [label])]
+    rng.shuffle(pairs)
+    return [pairs[i % len(pairs)] for i in range(n)]
+
+
+def length_problem(assistant: str, words: tuple[int, int]) -> str | None:
+    """Why an assistant turn misses the target length (in words), or None when it fits."""
+    n = len(assistant.split())
+    if n < words[0]:
+        return f"assistant turn shorter than {words[0]} words"
+    if n > words[1]:
+        return f"assistant turn longer than {words[1]} words"
+    return None
+
+
+def unreadable(user: str, assistant: str, allowed: list[str]) -> str | None:
+    """Why a drafted exchange is not readable (``quality.text_problem`` on each turn), or None."""
+    problem = text_problem(user, "user_turn", allowed=allowed)
+    if problem is not None:
+        return f"unreadable user turn ({problem})"
+    problem = text_problem(assistant, "assistant_turn", allowed=allowed)
+    if problem is not None:
+        return f"unreadable assistant turn ({problem})"
+    return "assistant turn echoes the user's message" if echoes(user, assistant) else None
+
+
+def echoes(user: str, assistant: str, span: int = 5) -> bool:
+    """Whether the reply repeats ``span`` consecutive words of the user's message (the small model often
+    answers in the user's voice: "I have come to enjoy ...")."""
+    said = [w.lower() for w in words(user)]
+    grams = {tuple(said[i:i + span]) for i in range(len(said) - span + 1)}
+    reply = [w.lower() for w in words(assistant)]
+    return any(tuple(reply[i:i + span]) in grams for i in range(len(reply) - span + 1))
+
+
+def clean(text: str) -> str:
+    return " ".join(text.split())
