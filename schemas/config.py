@@ -79,11 +79,13 @@ class TimelineSettings(Strict):
     topic_update_probability: float = Field(
         default=0.5, ge=0.0, le=1.0, description="chance that a topic's preferences change in each later period"
     )
-    cross_topic_fraction: float = Field(default=0.45, ge=0.0, le=1.0)
+    # an event's effects name only the topics it plausibly touches, so a second topic is found less often
+    # than it is tried: 0.7 tried gives about a quarter of the life events touching 2+ topics
+    cross_topic_fraction: float = Field(default=0.7, ge=0.0, le=1.0)
     max_topics_per_event: int = Field(default=3, ge=1, le=6)
     followup_probability: float = Field(default=0.3, ge=0.0, le=1.0, description="a life event caused by an earlier one")
-    continue_chain_probability: float = Field(default=0.45, ge=0.0, le=1.0)
-    new_item_fraction: float = Field(default=0.15, ge=0.0, le=1.0)
+    continue_chain_probability: float = Field(default=0.6, ge=0.0, le=1.0)
+    new_item_fraction: float = Field(default=0.08, ge=0.0, le=1.0)
     max_versions: int = Field(default=4, ge=1, le=12, description="max chain length of one preference")
     routine_per_period: float = Field(default=2.0, ge=0.0, le=50.0, description="mean routine events per later period")
     last_period_days: int = Field(default=30, ge=1)

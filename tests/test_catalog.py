@@ -35,7 +35,11 @@ def test_every_facet_is_carried_by_an_item_and_pushed_by_an_event():
         carried = {f for i in catalog.topics[topic].items for f in i.facets}
         assert carried == set(vocabulary), topic
         assert {(topic, f) for f in vocabulary} <= pushed, topic
-    assert all(i.facets for t in catalog.topics.values() for i in t.items)
+    # an item without a facet is a steady taste no event changes ("Taylor Swift albums": no life event in the
+    # taxonomy makes one like or drop it for a stated reason); most items can be changed by some event
+    items = [i for t in catalog.topics.values() for i in t.items]
+    assert sum(bool(i.facets) for i in items) >= 0.9 * len(items)
+    assert all(any(i.facets for i in t.items) for t in catalog.topics.values())
 
 
 def _taxonomy_copy(tmp_path, old: str, new: str):

@@ -40,7 +40,7 @@ def test_a_suite_with_open_answers_runs_on_the_embedded_model_on_the_smoke_profi
     whole-history prompts and keeps the short ones); the rerun answers from the cache."""
     version = publish_smoke(tmp_path, n_personas=1)
     args = ["eval", str(version), "--llm", "local", "--judge", "local", "--suite", "--answer", "open", "--limit", "2",
-            "--window", "760", "--max-tokens", "24", "--recent-tokens", "200", "--k", "1", "--judge-sample", "1",
+            "--window", "600", "--max-tokens", "24", "--recent-tokens", "200", "--k", "1", "--judge-sample", "1",
             "--name", "smol-suite", "--cache", str(tmp_path / "llm.sqlite")]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

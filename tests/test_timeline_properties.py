@@ -131,3 +131,16 @@ def test_a_plan_of_60_personas_spreads_its_event_summaries():
     per_persona = Counter(s for t in plan.timelines for s in {e.summary for e in t.events if e.kind == "life_event"})
     assert len(per_persona) >= 200
     assert max(per_persona.values()) <= 0.2 * 60
+
+
+def test_nobody_who_stopped_drinking_is_drawn_an_event_that_pushes_drink_up():
+    """Giving up alcohol (or starting at a mosque) sets the life state `drinking: abstains`; every event whose
+    effects push alcohol or wine up excludes it, so a wine diploma cannot follow "gave up alcohol for good"."""
+    tax = load_taxonomy()
+    seed = next(s for s in (sample_builtin_seed(i, run_seed=3, taxonomy=tax) for i in range(200))
+                if 25 <= s.attributes.age <= 80)
+    lives = ["gave up alcohol for good", "became a regular at a local pub quiz"]
+    assert replay(seed.attributes, lives, tax) == ["'became a regular at a local pub quiz': drinking is abstains"]
+    pushing = [summary for summary, (_, spec) in tax.event_specs().items()
+               if any(e.facet in ("alcohol", "wine") and e.direction == "+" for e in spec.parsed_effects(tax.topic_aliases))]
+    assert pushing and all("abstains" in tax.event_specs()[s][1].excludes.get("drinking", []) for s in pushing)

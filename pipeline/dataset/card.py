@@ -119,7 +119,9 @@ def _made(manifest: Manifest) -> str:
             "the taxonomy's preconditions on age and state hold; it then updates the state. Every event lists "
             "effects, facets of a topic it pushes toward like or dislike (a diabetes diagnosis: sugary food "
             "down), and a change picks an item carrying such a facet and turns it that way, recording the "
-            "event, facet and direction on the update (`events.cause_event_id`, `facet`, `direction`). A "
+            "event, facet and direction on the update (`events.cause_event_id`, `facet`, `direction`). "
+            "Effects name only what the event would plainly change, and an item carries only the facets that "
+            "define it (an item with none is a steady taste no event turns). A "
             "model-written reason is kept only where it names the event and the item; otherwise code's reason, "
             "which states the link, stays.\n\n"
             + _table(["item", "value"], rows))

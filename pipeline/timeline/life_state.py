@@ -1,4 +1,4 @@
-"""A persona's life state (work, partner, children, home, health, studies) and the life events it allows.
+"""A persona's life state (work, partner, children, home, health, studies, drinking) and the life events it allows.
 
 Pure code. The initial state follows from the sampled attributes alone (no randomness), so the
 validator can replay every persona's life events against the taxonomy's preconditions.
@@ -51,7 +51,7 @@ def initial_state(a: SeedAttributes) -> State:
     else:
         home = "renting"
     return {"work": work, "partner": partner, "children": children, "home": home, "health": "well",
-            "studies": "enrolled" if work == "student" else "none"}
+            "studies": "enrolled" if work == "student" else "none", "drinking": "drinks"}
 
 
 def unmet(spec: LifeEventSpec, state: State, age: int | None) -> str | None:
