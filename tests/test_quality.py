@@ -71,3 +71,17 @@ def test_a_reply_cut_mid_sentence_stray_markup_or_an_echo_of_the_user_is_refused
     assert unreadable(user, "I have come to enjoy spicy Sichuan hotpot. It's a dish that I love.", []) \
         == "assistant turn echoes the user's message"
     assert unreadable(user, "That is a big change; hotpot with friends sounds like a good way to settle in.", []) is None
+
+
+def test_a_model_item_must_name_a_thing_of_its_topic():
+    """Items the embedded model wrote that passed the word checks: a clause, a judgement, a list, no food at all."""
+    from pipeline.text.quality import item_problem
+
+    raw = {"travelPlanning": ["it's called", "mountain hut treks"], "foodRecommendation": ["stupid food", "dance in the night",
+                                                                                         "spicy Korean fried chicken"],
+           "bookRecommendation": ["jewelry, fleas", "Nordic crime novels"]}
+    kept = {t: clean_items(items, taken=set(), limit=10, topic=t) for t, items in raw.items()}
+    assert kept == {"travelPlanning": ["mountain hut treks"], "foodRecommendation": ["spicy Korean fried chicken"],
+                    "bookRecommendation": ["Nordic crime novels"]}
+    assert item_problem("it's called", "travelPlanning") == "a clause, not a name"
+    assert "not what a thing of foodRecommendation is called" in item_problem("dance in the night", "foodRecommendation")

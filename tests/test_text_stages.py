@@ -276,8 +276,11 @@ def test_the_turn_mode_writes_ordinary_exchanges_a_turn_at_a_time(tmp_path):
     specs = [req.output.__name__ for req in llm.backend.requests]
     assert not any(s.startswith(("ExchangeDraft", "SessionDraft", "SmallTalkDraft")) for s in specs)
     stats = result.stats
-    assert stats.small_talk_kept > stats.beats and stats.small_talk_dropped == 0
-    assert specs.count("UserTurnDraft") == stats.beats + stats.small_talk_kept
+    # an exchange is dropped only where the reply names one of the persona's items (a stance nobody set)
+    assert stats.small_talk_kept > stats.beats and stats.small_talk_dropped <= 0.05 * stats.small_talk_kept
+    assert set(stats.problems) <= {"ordinary exchange names a preference item"}
+    # one user-turn call per beat and per kept exchange, and one per failed try of an ordinary exchange
+    assert specs.count("UserTurnDraft") == stats.beats + stats.small_talk_kept + sum(stats.problems.values())
     ordinary = [t for s in result.sessions for t in s.turns if t.role == "user" and not (t.pref_versions or t.event_ids)]
     assert ordinary and all(not t.fallback for t in ordinary)
     assert all(t.content.startswith(("Could I get", "I would like", "I have been reading", "Can you help")) for t in ordinary)

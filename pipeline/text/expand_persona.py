@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from pipeline.llm import LLM, LLMError
 from pipeline.rng import derive_rng
 from pipeline.specs import INVENTORY, PROFILE
-from pipeline.text.quality import Origin, count, text_problem
+from pipeline.text.quality import Origin, count, item_problem, text_problem
 from pipeline.timeline.catalog import catalog_inventory, load_catalog
 from pipeline.timeline.sample_personas import persona_from_seed
 from schemas.catalog import InventoryItem
@@ -78,15 +78,16 @@ _JUNK = re.compile(r"^[\W_]+|[\W_]+$")
 _ITEM = re.compile(r"^[^\W\d_][\w '&.,/+-]*$")
 
 
-def clean_items(raw: list[str], *, taken: set[str], limit: int) -> list[str]:
+def clean_items(raw: list[str], *, taken: set[str], limit: int, topic: str | None = None) -> list[str]:
     """Unique, trimmed items of 2-6 plain words (at most 60 characters) not already used by this persona, each
-    readable as an item name (``quality.text_problem``: known words, not a phrase of function words)."""
+    readable as an item name (``quality.text_problem``: known words, not a phrase of function words) and, given
+    its ``topic``, the name of a thing of that topic (``quality.item_problem``: not "it's called")."""
     out: list[str] = []
     for text in raw:
         item = _JUNK.sub("", " ".join(text.split()))
         key = item.casefold()
         if (len(item) <= 60 and 2 <= len(item.split()) <= 6 and _ITEM.match(item) and "_" not in item and key not in taken
-                and text_problem(item, "item") is None):
+                and text_problem(item, "item") is None and (topic is None or item_problem(item, topic) is None)):
             taken.add(key)
             out.append(item)
         if len(out) == limit:
@@ -120,7 +121,8 @@ def merge_inventory(persona: Persona, drafts: list[BaseModel | None], *, config:
     size = config.text.inventory_size
     own = size - math.ceil(config.text.catalog_share * size)  # the model's items at most
     for topic, draft in zip(config.topics, drafts, strict=True):
-        items = [InventoryItem(name=n, origin="model") for n in clean_items(draft.items if draft else [], taken=taken, limit=own)]
+        items = [InventoryItem(name=n, origin="model") for n in clean_items(draft.items if draft else [], taken=taken, limit=own,
+                                                                             topic=topic)]
         pool = list(catalog[topic])
         rng.shuffle(pool)
         stereo = [i for i in pool if tags & set(i.tags)][: config.text.stereotype_items]

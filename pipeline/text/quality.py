@@ -202,3 +202,55 @@ class Origin(BaseModel):
 def count(origin: dict[str, Origin], field: str, *, model: int = 0, reasked: int = 0, code: int = 0) -> None:
     """Add to ``origin[field]``."""
     origin[field] = origin.get(field, Origin()).add(Origin(model=model, reasked=reasked, code=code))
+
+
+# Words that judge rather than name ("stupid food"): no catalog item carries one, and a label must name a thing.
+EVALUATIVE = frozenset(
+    "stupid dumb bad good great awesome terrible horrible best worst favorite favourite nice cool boring weird crazy "
+    "silly ugly amazing lovely wonderful fun funny annoying perfect random".split())
+CONTRACTION = re.compile(r"n't\b|\b(?:it|that|there|what|he|she|i|you|we|they|who)'(?:s|re|m|ll|d|ve)\b", re.IGNORECASE)
+
+
+def _head(word: str) -> str:
+    """A word's plain singular form, enough to match a head noun ("tacos" and "taco", "dishes" and "dish")."""
+    w = word.lower()
+    for tail, keep in (("ies", "y"), ("ches", "ch"), ("shes", "sh"), ("ses", "s"), ("s", "")):
+        if w.endswith(tail) and len(w) > len(tail) + 2:
+            return w[: len(w) - len(tail)] + keep
+    return w
+
+
+@lru_cache(maxsize=32)
+def topic_heads(topic: str) -> frozenset[str]:
+    """The head nouns (last words) of the catalog's items in ``topic``: what a thing of this topic is called."""
+    from pipeline.timeline.catalog import load_catalog
+
+    catalog = load_catalog()
+    items = catalog.topics[topic].items if topic in catalog.topics else []
+    return frozenset(_head(words(i.name)[-1]) for i in items if words(i.name))
+
+
+def item_problem(item: str, topic: str) -> str | None:
+    """Why ``item`` is not a name of a thing of ``topic`` a person could like, or None.
+
+    Beyond ``text_problem``: one thing, not a list (no comma); a noun phrase, not a clause (no contraction, no
+    opening function word: "it's called"); it names rather than judges ("stupid food"); and its head noun, the
+    last word, is one the topic's catalog items end in ("...ramen", "...tasting menus"), so "dance in the
+    night" is no food. A capable model's items mostly pass; what fails is topped up from the catalog."""
+    problem = text_problem(item, "item")
+    if problem:
+        return problem
+    ws = words(item)
+    if "," in item or ";" in item:
+        return "a list, not one item"
+    if CONTRACTION.search(item):
+        return "a clause, not a name"
+    if ws[0].lower() in STOP:
+        return f"opens with the function word {ws[0]!r}"
+    judged = [w for w in ws if w.lower() in EVALUATIVE]
+    if judged:
+        return f"judges ({judged[0]!r}) rather than names"
+    heads = topic_heads(topic)
+    if heads and _head(ws[-1]) not in heads:
+        return f"{ws[-1]!r} is not what a thing of {topic} is called"
+    return None
