@@ -28,6 +28,15 @@ ALLOWED = ["Piotr", "Gdansk", "pharmacist", "spicy Sichuan hotpot"]
     ("Tzitarmathia, tes tesseradis, it is a thing that has many names. However, the most common name for it would be "
      "Sichuan hotpot.", "assistant_turn"),  # a word of no language that starts a sentence
     ("", "reason"),
+    # from the embedded default N=1 run: shouting, and a sentence said twice
+    ("BREAKFAST, SALADED WITH SOYBEAN CREAM, TORTE BEGINNED IN GOLD, COOKIES, A FEW BEST EATING GRACES FOR THE DAYS' "
+     "END-SALE, ENJOY YOUR DAY WITH SOYBEAN CREAM!", "assistant_turn"),
+    ("I think it has huge potential in the world of art. I think it has huge potential in the world of art.",
+     "user_turn"),
+    ("We took the long walk by the river, and the long walk by the river was lovely, so the long walk by the river "
+     "will be our plan again, because the long walk by the river is calm, and after the long walk by the river we "
+     "rest, and the long walk by the river clears the head for the week ahead of us all.",
+     "assistant_turn"),  # Gopher's duplicated n-grams, in a text of 50+ words
 ])
 def test_unreadable_texts_from_a_small_model_are_refused(text, field):
     assert text_problem(text, field, allowed=ALLOWED) is not None
@@ -77,7 +86,7 @@ def test_a_model_item_must_name_a_thing_of_its_topic():
     """Items the embedded model wrote that passed the word checks: a clause, a judgement, a list, no food at all."""
     from pipeline.text.quality import item_problem
 
-    raw = {"travelPlanning": ["it's called", "mountain hut treks"], "foodRecommendation": ["stupid food", "dance in the night",
+    raw = {"travelPlanning": ["it's called", "my family and friends", "mountain hut treks"], "foodRecommendation": ["stupid food", "dance in the night", "talking about food and drink",
                                                                                          "spicy Korean fried chicken"],
            "bookRecommendation": ["jewelry, fleas", "Nordic crime novels"]}
     kept = {t: clean_items(items, taken=set(), limit=10, topic=t) for t, items in raw.items()}

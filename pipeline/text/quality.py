@@ -108,6 +108,16 @@ def _shape_problem(text: str, ws: list[str]) -> str | None:
     lower = [w.lower() for w in ws]
     if len(ws) >= 8 and sum(w in STOP for w in lower) < 2:
         return "fewer than 2 stop words"
+    letters = [c for c in text if c.isalpha()]
+    if len(ws) >= 4 and sum(c.isupper() for c in letters) > 0.5 * len(letters):
+        return "more than half its letters capitals"
+    sentences = Counter(" ".join(words(x)).lower() for x in SENTENCE_END.split(text) if len(words(x)) >= 4)
+    if sentences and sentences.most_common(1)[0][1] > 1:
+        return "a sentence repeated"
+    if len(ws) >= 50:  # Gopher's own least document length: below it, naming an item twice is no repetition
+        problem = _gopher_repetition(text, lower)
+        if problem:
+            return problem
     if len(ws) >= 10:
         top, n = Counter(w for w in lower if w not in STOP).most_common(1)[0] if any(w not in STOP for w in lower) else ("", 0)
         if n > max(3, 0.2 * len(ws)):
@@ -115,6 +125,36 @@ def _shape_problem(text: str, ws: list[str]) -> str | None:
         grams = Counter(zip(lower, lower[1:], lower[2:], strict=False))
         if sum(c for c in grams.values() if c > 1) > 0.3 * max(1, len(lower) - 2):
             return "repeated word sequences"
+    return None
+
+
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+# Gopher's repetition limits (Rae et al. 2021, table A1), as characters of the text: the most frequent 2/3/4-gram
+# (counted only when it occurs more than once: a short turn has no repeats to count), and all duplicated 5- to
+# 10-grams, each counted once per non-overlapping repeat
+TOP_NGRAM = ((2, 0.20), (3, 0.18), (4, 0.16))
+DUP_NGRAM = ((5, 0.15), (6, 0.14), (7, 0.13), (8, 0.12), (9, 0.11), (10, 0.10))
+
+
+def _gopher_repetition(text: str, lower: list[str]) -> str | None:
+    size = len(text)
+    for n, limit in TOP_NGRAM:
+        grams = Counter(" ".join(lower[i:i + n]) for i in range(len(lower) - n + 1))
+        gram, count = grams.most_common(1)[0]
+        if count > 1 and len(gram) * count / size > limit:
+            return f"the {n}-gram {gram!r} repeated {count} times"
+    for n, limit in DUP_NGRAM:
+        seen, repeated, i = set(), 0, 0
+        while i <= len(lower) - n:
+            gram = "".join(lower[i:i + n])
+            if gram in seen:
+                repeated += len(gram)
+                i += n
+            else:
+                seen.add(gram)
+                i += 1
+        if repeated / size > limit:
+            return f"{repeated / size:.0%} of it in repeated {n}-grams"
     return None
 
 
@@ -208,6 +248,9 @@ def count(origin: dict[str, Origin], field: str, *, model: int = 0, reasked: int
 EVALUATIVE = frozenset(
     "stupid dumb bad good great awesome terrible horrible best worst favorite favourite nice cool boring weird crazy "
     "silly ugly amazing lovely wonderful fun funny annoying perfect random".split())
+# Pronouns and words of talk: "my family and friends", "talking about food and drink" are no things to like.
+PERSONAL = frozenset("my your our their his her its me i you we they it us them mine yours about something "
+                     "anything everything stuff".split())
 CONTRACTION = re.compile(r"n't\b|\b(?:it|that|there|what|he|she|i|you|we|they|who)'(?:s|re|m|ll|d|ve)\b", re.IGNORECASE)
 
 
@@ -234,7 +277,8 @@ def item_problem(item: str, topic: str) -> str | None:
     """Why ``item`` is not a name of a thing of ``topic`` a person could like, or None.
 
     Beyond ``text_problem``: one thing, not a list (no comma); a noun phrase, not a clause (no contraction, no
-    opening function word: "it's called"); it names rather than judges ("stupid food"); and its head noun, the
+    opening function word: "it's called", no pronoun or "about": "talking about food and drink"); it names
+    rather than judges ("stupid food"); and its head noun, the
     last word, is one the topic's catalog items end in ("...ramen", "...tasting menus"), so "dance in the
     night" is no food. A capable model's items mostly pass; what fails is topped up from the catalog."""
     problem = text_problem(item, "item")
@@ -247,6 +291,9 @@ def item_problem(item: str, topic: str) -> str | None:
         return "a clause, not a name"
     if ws[0].lower() in STOP:
         return f"opens with the function word {ws[0]!r}"
+    personal = [w for w in ws if w.lower() in PERSONAL]
+    if personal:
+        return f"talks about a thing ({personal[0]!r}) rather than names it"
     judged = [w for w in ws if w.lower() in EVALUATIVE]
     if judged:
         return f"judges ({judged[0]!r}) rather than names"
