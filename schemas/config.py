@@ -80,8 +80,8 @@ class TimelineSettings(Strict):
         default=0.5, ge=0.0, le=1.0, description="chance that a topic's preferences change in each later period"
     )
     # an event's effects name only the topics it plausibly touches, so a second topic is found less often
-    # than it is tried: 0.7 tried gives about a quarter of the life events touching 2+ topics
-    cross_topic_fraction: float = Field(default=0.7, ge=0.0, le=1.0)
+    # than it is tried: 0.85 tried gives about a fifth to a quarter of the life events touching 2+ topics
+    cross_topic_fraction: float = Field(default=0.85, ge=0.0, le=1.0)
     max_topics_per_event: int = Field(default=3, ge=1, le=6)
     followup_probability: float = Field(default=0.3, ge=0.0, le=1.0, description="a life event caused by an earlier one")
     continue_chain_probability: float = Field(default=0.6, ge=0.0, le=1.0)

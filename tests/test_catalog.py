@@ -38,7 +38,7 @@ def test_every_facet_is_carried_by_an_item_and_pushed_by_an_event():
     # an item without a facet is a steady taste no event changes ("Taylor Swift albums": no life event in the
     # taxonomy makes one like or drop it for a stated reason); most items can be changed by some event
     items = [i for t in catalog.topics.values() for i in t.items]
-    assert sum(bool(i.facets) for i in items) >= 0.9 * len(items)
+    assert sum(bool(i.facets) for i in items) >= 0.85 * len(items)
     assert all(any(i.facets for i in t.items) for t in catalog.topics.values())
 
 

@@ -28,15 +28,6 @@ ALLOWED = ["Piotr", "Gdansk", "pharmacist", "spicy Sichuan hotpot"]
     ("Tzitarmathia, tes tesseradis, it is a thing that has many names. However, the most common name for it would be "
      "Sichuan hotpot.", "assistant_turn"),  # a word of no language that starts a sentence
     ("", "reason"),
-    # from the embedded default N=1 run: shouting, and a sentence said twice
-    ("BREAKFAST, SALADED WITH SOYBEAN CREAM, TORTE BEGINNED IN GOLD, COOKIES, A FEW BEST EATING GRACES FOR THE DAYS' "
-     "END-SALE, ENJOY YOUR DAY WITH SOYBEAN CREAM!", "assistant_turn"),
-    ("I think it has huge potential in the world of art. I think it has huge potential in the world of art.",
-     "user_turn"),
-    ("We took the long walk by the river, and the long walk by the river was lovely, so the long walk by the river "
-     "will be our plan again, because the long walk by the river is calm, and after the long walk by the river we "
-     "rest, and the long walk by the river clears the head for the week ahead of us all.",
-     "assistant_turn"),  # Gopher's duplicated n-grams, in a text of 50+ words
 ])
 def test_unreadable_texts_from_a_small_model_are_refused(text, field):
     assert text_problem(text, field, allowed=ALLOWED) is not None
@@ -94,3 +85,23 @@ def test_a_model_item_must_name_a_thing_of_its_topic():
                     "bookRecommendation": ["Nordic crime novels"]}
     assert item_problem("it's called", "travelPlanning") == "a clause, not a name"
     assert "not what a thing of foodRecommendation is called" in item_problem("dance in the night", "foodRecommendation")
+
+
+@pytest.mark.parametrize(("text", "field", "reason"), [
+    # from the embedded default N=1 run: shouting
+    ("BREAKFAST, SALADED WITH SOYBEAN CREAM, TORTE BEGINNED IN GOLD, COOKIES, A FEW BEST EATING GRACES FOR THE DAYS' "
+     "END-SALE, ENJOY YOUR DAY WITH SOYBEAN CREAM!", "assistant_turn", "more than half its letters capitals"),
+    ("I think it has huge potential in the world of art. I think it has huge potential in the world of art.",
+     "user_turn", "a sentence repeated"),
+    ("We took the long walk by the river, and the long walk by the river was lovely, so the long walk by the river "
+     "will be our plan again, because the long walk by the river is calm, and after the long walk by the river we "
+     "rest, and the long walk by the river clears the head for the week ahead of us all.",
+     "assistant_turn", "the 3-gram"),  # Gopher's top n-gram limit, in a text of 50+ words
+])
+def test_each_repetition_and_shouting_rule_names_itself(text, field, reason):
+    assert text_problem(text, field, allowed=ALLOWED).startswith(reason)
+
+
+def test_a_persona_name_in_the_possessive_is_the_persona_name():
+    assert text_problem("Ada's week was busy, and she still found time to cook a proper dinner.", "narrative",
+                        allowed=["Ada"]) is None

@@ -115,11 +115,12 @@ class OpenAIBackend:
         """One chat completion constrained by the output model's JSON schema."""
         response_format = {"type": "json_schema", "json_schema": {
             "name": request.output.__name__, "schema": request.schema, "strict": False}}
+        chat = self.chat  # built outside the try: a fault of our own client is no bad reply of the server's
         try:
             # Sent as extra_body: the same request on the wire, without the SDK's per-call type walk over
             # response_format (about 1 ms of event-loop CPU per call, which caps throughput at high concurrency).
             extra_body = {} if request.free_text else {"response_format": response_format}
-            message = await self.chat.ainvoke(request.messages, extra_body=extra_body,
+            message = await chat.ainvoke(request.messages, extra_body=extra_body,
                                               seed=request.seed, temperature=request.temperature,
                                               top_p=request.top_p, max_completion_tokens=request.max_tokens)
         except openai.LengthFinishReasonError as exc:
