@@ -173,7 +173,8 @@ def test_a_template_error_in_a_branch_the_lint_does_not_render_names_template_an
     """The lint's sample session has no routine beat; a session with one fails mid-run, naming the line."""
     root = copied_prompts(tmp_path, "write_sessions/session.jinja", lambda s: s.replace(
         "mentions in passing that they {{ beat.event }}", "mentions in passing that they {{ beat.event.nope.deeper }}", 1))
-    result = generate(tmp_path, "--profile", "smoke", "--llm", "fake", env={"PERSONAGEN_PROMPTS": str(root)})
+    busy = profile(tmp_path, "timeline: {routine_per_period: 3.0}\n")  # routine beats in every period
+    result = generate(tmp_path, "--profile", busy, "--llm", "fake", env={"PERSONAGEN_PROMPTS": str(root)})
     assert_rejected(result, tmp_path, "write_sessions/session.jinja:10: UndefinedError")
 
 

@@ -93,6 +93,8 @@ def test_a_model_item_must_name_a_thing_of_its_topic():
      "END-SALE, ENJOY YOUR DAY WITH SOYBEAN CREAM!", "assistant_turn", "more than half its letters capitals"),
     ("I think it has huge potential in the world of art. I think it has huge potential in the world of art.",
      "user_turn", "a sentence repeated"),
+    ("soccer, football, rugby, soccer ball, game of thrones, match, team in the field, playing a sport.",
+     "assistant_turn", "opens in lower case"),
     ("We took the long walk by the river, and the long walk by the river was lovely, so the long walk by the river "
      "will be our plan again, because the long walk by the river is calm, and after the long walk by the river we "
      "rest, and the long walk by the river clears the head for the week ahead of us all.",

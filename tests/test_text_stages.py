@@ -143,13 +143,13 @@ def test_apply_narrations_changes_text_not_facts(tmp_path):
     life = next(e for e in timeline.events if e.kind == "life_event" and effects.get(e.event_id))
     k = len(effects[life.event_id])
     versions = effects[life.event_id]
-    linked = [f"reason number {i}: since I {life.summary}, {v.item} is different." for i, v in enumerate(versions)]
+    linked = [f"Reason number {i}: since I {life.summary}, {v.item} is different." for i, v in enumerate(versions)]
     draft = narration_draft(k)(narrative="n" * 70, reasons=linked)
     out = apply_narrations(timeline, {life.event_id: draft}, effects)
     assert out.event(life.event_id).narrative == "n" * 70
     assert [(p.pref_id, p.version, p.stance, p.valid_from) for p in out.preferences] == \
            [(p.pref_id, p.version, p.stance, p.valid_from) for p in timeline.preferences]
-    changed = {p.key for p in out.preferences if p.reason and p.reason.startswith("reason number")}
+    changed = {p.key for p in out.preferences if p.reason and p.reason.startswith("Reason number")}
     assert changed == {v.key for v in versions}
     assert all(parse_version_key(k)[1] >= 1 for k in changed)
     # a reason that names neither the event nor the item leaves code's reason, which states the link
@@ -279,8 +279,10 @@ def test_the_turn_mode_writes_ordinary_exchanges_a_turn_at_a_time(tmp_path):
     # an exchange is dropped only where the reply names one of the persona's items (a stance nobody set)
     assert stats.small_talk_kept > stats.beats and stats.small_talk_dropped <= 0.05 * stats.small_talk_kept
     assert set(stats.problems) <= {"ordinary exchange names a preference item"}
-    # one user-turn call per beat and per kept exchange, and one per failed try of an ordinary exchange
-    assert specs.count("UserTurnDraft") == stats.beats + stats.small_talk_kept + sum(stats.problems.values())
+    # one user-turn call per beat and per kept exchange, and at most one more per failed try of an ordinary
+    # exchange (a failing user turn is asked again; a failing reply only has the reply asked again)
+    asked = specs.count("UserTurnDraft")
+    assert stats.beats + stats.small_talk_kept <= asked <= stats.beats + stats.small_talk_kept + sum(stats.problems.values())
     ordinary = [t for s in result.sessions for t in s.turns if t.role == "user" and not (t.pref_versions or t.event_ids)]
     assert ordinary and all(not t.fallback for t in ordinary)
     assert all(t.content.startswith(("Could I get", "I would like", "I have been reading", "Can you help")) for t in ordinary)

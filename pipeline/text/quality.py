@@ -94,6 +94,8 @@ def text_problem(text: str, field: Field_, allowed: Iterable[str] = ()) -> str |
         return "stray markup characters"
     if field in SENTENCE_FIELDS and not text.rstrip().endswith(ENDINGS):
         return "ends mid-sentence"
+    if field in SENTENCE_FIELDS and text.lstrip()[:1].islower():
+        return "opens in lower case, mid-thought"  # "al-sharjat al-narrin, ...", "soccer, football, rugby, ..."
     return _shape_problem(text, ws) or _vocabulary_problem(text, ws, field, bounds, _vocabulary(allowed))
 
 
