@@ -225,10 +225,12 @@ def _origin(origin: dict | None, writing: str = "session") -> str:
     rows = [[ORIGIN_FIELDS.get(name, name), o["model"], o["reasked"], o["code"]] for name, o in origin.items()]
     return ("## Where the text comes from\n\nEvery field the model writes passes a readability check "
             "(`pipeline/text/quality.py`: word count and word length bounds, words with letters, stop words, "
-            "repetition, no timestamps, clock times, ids, role labels or template syntax, known English words, "
+            "repetition (Gopher's n-gram limits, no sentence said twice), no text in capitals or opening in "
+            "lower case, no timestamps, clock times, ids, role labels or template syntax, known English words, "
             "no names nobody in the conversation has) and, for turns, the stance and item checks; a text that "
-            "fails is asked again, then written by code. Items the model proposes that fail are replaced from "
-            "the hand-written catalog. Labels (which item, which stance, which option is right) are always "
+            "fails is asked again, then written by code. Items the model proposes that fail, or that do not name "
+            "a thing of their topic (a list, a clause, a judgement, a head noun the topic's catalog never uses), "
+            "are replaced from the hand-written catalog. Labels (which item, which stance, which option is right) are always "
             "code's. Filler turns are real ShareGPT conversations." + seeded + "\n\n"
             + _table(["field", "model, first answer", "model, asked again", "written by code"], rows))
 
