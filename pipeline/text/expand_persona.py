@@ -89,7 +89,7 @@ def clean_items(raw: list[str], *, taken: set[str], limit: int, topic: str | Non
         item = _JUNK.sub("", " ".join(text.split()))
         key = item.casefold()
         if (len(item) <= 60 and 2 <= len(item.split()) <= 6 and _ITEM.match(item) and "_" not in item and key not in taken
-                and text_problem(item, "item") is None and (topic is None or item_problem(item, topic) is None)):
+                and (text_problem(item, "item") if topic is None else item_problem(item, topic)) is None):
             taken.add(key)
             out.append(item)
     return out

@@ -283,17 +283,17 @@ def topic_heads(topic: str) -> frozenset[str]:
 
     catalog = load_catalog()
     items = catalog.topics[topic].items if topic in catalog.topics else []
-    return frozenset(f for i in items if words(i.name) for f in _forms(words(i.name)[-1]))
+    return frozenset(f for i in items for ws in [words(i.name)] if ws for f in _forms(ws[-1]))
 
 
 def item_problem(item: str, topic: str) -> str | None:
     """Why ``item`` is not a name of a thing of ``topic`` a person could like, or None.
 
-    Beyond ``text_problem``: one thing, not a list (no comma); a noun phrase, not a clause (no contraction, no
-    opening function word: "it's called", no pronoun or "about": "talking about food and drink"); it names
-    rather than judges ("stupid food"); and its head noun, the
-    last word, is one the topic's catalog items end in ("...ramen", "...tasting menus"), so "dance in the
-    night" is no food. A capable model's items mostly pass; what fails is topped up from the catalog."""
+    ``text_problem``'s item checks, then: one thing, not a list (no comma); a noun phrase, not a clause (no
+    contraction, no opening function word: "it's called", no pronoun or "about": "talking about food and
+    drink"); it names rather than judges ("stupid food"); and its head noun, the last word, is one the topic's
+    catalog items end in ("...ramen", "...tasting menus"), so "dance in the night" is no food. A capable
+    model's items mostly pass; what fails is topped up from the catalog."""
     problem = text_problem(item, "item")
     if problem:
         return problem
