@@ -95,6 +95,10 @@ def test_a_model_item_must_name_a_thing_of_its_topic():
      "user_turn", "a sentence repeated"),
     ("soccer, football, rugby, soccer ball, game of thrones, match, team in the field, playing a sport.",
      "assistant_turn", "opens in lower case"),
+    # from the embedded smoke run: the model as an editor, and the prompt's category label
+    ("The original sentence was reworded to improve clarity and grammar.", "assistant_turn", "a note on the writing"),
+    ("Last spring I was set up on a blind date by a cousin (relationship). It went well.", "narrative",
+     "the category label"),
     ("We took the long walk by the river, and the long walk by the river was lovely, so the long walk by the river "
      "will be our plan again, because the long walk by the river is calm, and after the long walk by the river we "
      "rest, and the long walk by the river clears the head for the week ahead of us all.",

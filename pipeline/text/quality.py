@@ -52,7 +52,9 @@ DEBRIS = [
                                 r"gpt|smollm)\s*:")),
     ("template syntax", re.compile(r"\{\{|\}\}|\{%|%\}|<\|?|\|>|\[/?INST\]|```|</?s>")),
     ("an id or tag", re.compile(r"#[\w-]+|\b[0-9a-f]{8,}\b|\b\w+_\w+\b|\b[A-Za-z]+-\d+-\d+\b")),
-    ("a link", re.compile(r"https?://|www\.")),
+    ("a link", re.compile(r"https?://|www\.|\bcheck it out here\b", re.IGNORECASE)),
+    ("a note on the writing", re.compile(r"\bthe original (?:sentence|text|message)\b|\b(?:re)?worded\b|\brephrased\b|"
+                                         r"\bthe edit made\b", re.IGNORECASE)),
 ]
 CHAT_FIELDS = ("user_turn", "assistant_turn", "narrative", "reason", "profile")
 SENTENCE_FIELDS = CHAT_FIELDS  # a reply cut at its token cap ends mid-word
@@ -90,6 +92,8 @@ def text_problem(text: str, field: Field_, allowed: Iterable[str] = ()) -> str |
     for what, pattern in DEBRIS if field != "filler_turn" else ():
         if pattern.search(text):
             return f"{what} copied from the prompt"
+    if field in CHAT_FIELDS and _category_label(text):
+        return f"the category label {_category_label(text)!r} copied from the prompt"
     if field in CHAT_FIELDS and STRAY.search(text):
         return "stray markup characters"
     if field in SENTENCE_FIELDS and not text.rstrip().endswith(ENDINGS):
@@ -97,6 +101,20 @@ def text_problem(text: str, field: Field_, allowed: Iterable[str] = ()) -> str |
     if field in SENTENCE_FIELDS and text.lstrip()[:1].islower():
         return "opens in lower case, mid-thought"  # "al-sharjat al-narrin, ...", "soccer, football, rugby, ..."
     return _shape_problem(text, ws) or _vocabulary_problem(text, ws, field, bounds, _vocabulary(allowed))
+
+
+@cache
+def _category_labels() -> re.Pattern:
+    from pipeline.timeline.catalog import load_taxonomy
+
+    names = "|".join(map(re.escape, load_taxonomy().life_event_categories))
+    return re.compile(rf"\((?:{names})\)", re.IGNORECASE)
+
+
+def _category_label(text: str) -> str | None:
+    """A life-event category in brackets ("... a blind date by a cousin (relationship)"), from the prompt."""
+    found = _category_labels().search(text)
+    return found.group(0) if found else None
 
 
 def _shape_problem(text: str, ws: list[str]) -> str | None:
