@@ -92,8 +92,8 @@ def text_problem(text: str, field: Field_, allowed: Iterable[str] = ()) -> str |
     for what, pattern in DEBRIS if field != "filler_turn" else ():
         if pattern.search(text):
             return f"{what} copied from the prompt"
-    if field in CHAT_FIELDS and _category_label(text):
-        return f"the category label {_category_label(text)!r} copied from the prompt"
+    if field in CHAT_FIELDS and (label := _category_label(text)):
+        return f"the category label {label!r} copied from the prompt"
     if field in CHAT_FIELDS and STRAY.search(text):
         return "stray markup characters"
     if field in SENTENCE_FIELDS and not text.rstrip().endswith(ENDINGS):
