@@ -119,12 +119,29 @@ class LifeEventSpec(Strict):
     sets: dict[str, str] = Field(default_factory=dict, description="dimension -> its value after the event")
     effects: list[str] = Field(default_factory=list, description='"<topic alias> <facet> <+|->" each')
     weight: float = Field(default=1.0, gt=0, description="relative chance of being drawn among the eligible")
+    items: list[str] = Field(
+        default_factory=list,
+        description="the catalog items the event may turn, each carrying a facet its effects push; none: it changes "
+                    "no preference (a background event)")
 
     def parsed_effects(self, aliases: dict[str, str]) -> list[Effect]:
         out = []
         for text in self.effects:
             topic, facet, direction = text.split()
             out.append(Effect(topic=aliases.get(topic, topic), facet=facet, direction=direction))
+        return out
+
+    def item_effects(self, aliases: dict[str, str], facets: dict[tuple[str, str], list[str]]) -> dict[tuple[str, str], Effect]:
+        """(topic, item) -> the effect that turns each named item: the first of the event's effects on its topic
+        whose facet it carries (the loader has checked that there is one, and none pushing the other way)."""
+        effects = self.parsed_effects(aliases)
+        out: dict[tuple[str, str], Effect] = {}
+        for name in self.items:
+            for (topic, item), carried in facets.items():
+                if item == name:
+                    hit = next((e for e in effects if e.topic == topic and e.facet in carried), None)
+                    if hit is not None:
+                        out[(topic, item)] = hit
         return out
 
 

@@ -66,6 +66,33 @@ def test_taxonomy_errors_name_file_and_line(tmp_path, old, new, message):
         load_taxonomy(path)
 
 
+DIABETES_ITEMS = 'items: ["brown sugar bubble tea", "dark chocolate truffles"]'
+
+
+@pytest.mark.parametrize(("new", "message"), [
+    ('items: ["brown sugar bubble tea", "dark chocolate bunnies"]', "item 'dark chocolate bunnies' is not in the catalog"),
+    ('items: ["brown sugar bubble tea", "weekly talk therapy"]',
+     r"item 'weekly talk therapy' \(therapy\) carries no facet its effects push"),
+    ('items: ["brown sugar bubble tea", "brown sugar bubble tea"]', "item 'brown sugar bubble tea' is named twice"),
+])
+def test_an_events_named_items_are_checked_at_load(tmp_path, new, message):
+    """An event turns only the items it names: each must be a catalog item carrying a facet its effects push."""
+    path, line = _taxonomy_copy(tmp_path, DIABETES_ITEMS, new)
+    with pytest.raises(DataFileError, match=rf"{tmp_path}/taxonomy.yaml:{line}: .*{message}"):
+        load_taxonomy(path)
+
+
+def test_most_events_name_items_and_both_directions_are_common():
+    """The (event -> item) links are written down: most events turn something, and turning an item toward
+    dislike is not rare (else a changed chain's first stance would mostly be a dislike)."""
+    tax = load_taxonomy()
+    facets = load_catalog().item_facets()
+    links = [e.direction for _, spec in tax.event_specs().values()
+             for e in spec.item_effects(tax.topic_aliases, facets).values()]
+    assert sum(bool(spec.items) for _, spec in tax.event_specs().values()) >= 0.6 * len(tax.event_specs())
+    assert links.count("-") >= 0.35 * len(links)
+
+
 def test_an_event_requiring_an_unreachable_state_is_rejected(tmp_path):
     # nothing starts or ends in a retirement community except the one event that moves there: require it
     # for that event itself and no persona can ever live it

@@ -103,7 +103,8 @@ def test_same_seed_same_timeline(config: RunConfig, index: int):
 @given(config=configs(), index=st.integers(0, 10_000))
 def test_life_events_fit_the_life_state_and_every_change_follows_its_effect(config: RunConfig, index: int):
     """Replayed in time order from the sampled attributes, no life event breaks a precondition or repeats;
-    every change names its event's effect, on a facet its item carries, with the stance in its direction."""
+    every change turns an item its event names, by the event's effect, on a facet the item carries, with the
+    stance in its direction."""
     seed = sample_builtin_seed(index, run_seed=config.seed, taxonomy=load_taxonomy())
     t = simulate(config, index)
     lives = [e.summary for e in t.events if e.kind == "life_event"]
@@ -121,6 +122,7 @@ def test_life_events_fit_the_life_state_and_every_change_follows_its_effect(conf
         cause = by_id[e.cause_event_id]
         effects = specs[cause.summary][1].parsed_effects(load_taxonomy().topic_aliases)
         assert (new.topic, e.facet, e.direction) in {(x.topic, x.facet, x.direction) for x in effects}
+        assert new.item in specs[cause.summary][1].items  # only an item the event names
 
 
 def test_a_plan_of_60_personas_spreads_its_event_summaries():

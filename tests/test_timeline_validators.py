@@ -153,3 +153,34 @@ def test_the_validator_replays_life_states_and_checks_effects():
     assert f"age {seed.attributes.age} outside 58-75" in text
     assert "'joined a local book club': happens twice" in text
     assert "'epic fantasy series' (bookRecommendation) has no facet 'literary'" in text
+
+
+def test_the_validator_rejects_an_update_of_an_item_its_event_does_not_name():
+    from pipeline.dataset.validate import validate_tables
+    from pipeline.timeline.catalog import load_catalog, load_taxonomy
+    from pipeline.timeline.sample_personas import persona_from_seed, sample_builtin_seed
+
+    tax, facets = load_taxonomy(), load_catalog().item_facets()
+    spec = tax.event_specs()["was diagnosed with type 2 diabetes"][1]
+    # a sweet item the diagnosis could push down by its facet, but which the event does not name
+    other = next(name for (topic, name), f in facets.items()
+                 if topic == "foodRecommendation" and "sweet" in f and name not in spec.items)
+    seeds = (sample_builtin_seed(i, run_seed=1, taxonomy=tax) for i in range(400))
+    seed = next(s for s in seeds if 40 <= s.attributes.age <= 80)
+    pid = persona_from_seed(seed, run_seed=1).persona_id
+    persona = persona_from_seed(seed, run_seed=1)
+    events = [Event(event_id="b", persona_id=pid, time=T0 + timedelta(hours=1), period="WEEK", kind="life_event",
+                    summary=spec.summary),
+              Event(event_id="u", persona_id=pid, time=T0 + timedelta(hours=2), period="WEEK", kind="preference_update",
+                    summary=f"went off {other}", pref_refs=["pref_a@1", "pref_a@2"], cause_event_id="b",
+                    facet="sweet", direction="-")]
+    edges = [EventEdge(parent_event_id="b", child_event_id="u", relation="causes")]
+    prefs = [p.model_copy(update={"persona_id": pid}) for p in good_parts()[2]]
+    prefs[0] = prefs[0].model_copy(update={"item": other, "topic": "foodRecommendation", "stance": "like",
+                                           "valid_to": T0 + timedelta(hours=3)})
+    prefs[1] = prefs[1].model_copy(update={"caused_by_event_id": "u", "item": other, "topic": "foodRecommendation",
+                                           "stance": "dislike", "valid_from": T0 + timedelta(hours=3)})
+    empty = {name: [] for name in ("sessions", "turns", "queries", "contexts", "placements")}
+    report = validate_tables({"personas": [persona], "events": events, "event_edges": edges, "preferences": prefs,
+                              **empty}, period_order=["WEEK"])
+    assert f"'was diagnosed with type 2 diabetes' does not name {other!r}" in "\n".join(report.errors)

@@ -161,8 +161,11 @@ def _life_states(t: dict[str, list[BaseModel]], r: _Report) -> None:
 
 def _effects(t: dict[str, list[BaseModel]], r: _Report) -> None:
     """Every preference update names its effect: a facet its item carries, the new stance in its direction."""
-    r.check("preference updates: effect facet carried by the item, stance in the effect's direction")
+    r.check("preference updates: an item the cause event names, its effect's facet, stance in its direction")
     facets = load_catalog().item_facets()
+    taxonomy = load_taxonomy()
+    specs = taxonomy.event_specs()
+    causes = {e.event_id: e.summary for e in t["events"] if e.kind == "life_event"}
     versions = {p.key: p for p in t["preferences"]}
     for e in t["events"]:
         if e.kind != "preference_update":
@@ -174,6 +177,8 @@ def _effects(t: dict[str, list[BaseModel]], r: _Report) -> None:
             r.error(f"events.facet: update {e.event_id}: {new.item!r} ({new.topic}) has no facet {e.facet!r}")
         elif new is not None and new.stance != ("like" if e.direction == "+" else "dislike"):
             r.error(f"events.direction: update {e.event_id}: {e.facet} {e.direction} but {new.item!r} became {new.stance}")
+        elif new is not None and (spec := specs.get(causes.get(e.cause_event_id, ""))) and new.item not in spec[1].items:
+            r.error(f"events.cause_event_id: update {e.event_id}: {spec[1].summary!r} does not name {new.item!r}")
 
 
 def _turns_by_session(turns: list[Turn]) -> dict[str, list[Turn]]:

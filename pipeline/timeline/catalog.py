@@ -107,6 +107,8 @@ def check_life_events(taxonomy: Taxonomy, path: Path, catalog: Catalog) -> None:
             reachable.setdefault(dim, set()).add(value)
     lo_age = min(b.min for b in taxonomy.age_bands)
     hi_age = max(b.max for b in taxonomy.age_bands)
+    facets = catalog.item_facets()
+    carriers = {name: (topic, set(carried)) for (topic, name), carried in facets.items()}
     for summary, (_, spec) in taxonomy.event_specs().items():
         where = _line(path, f'"{summary}"')
         named = [(dim, v) for part in (spec.requires, spec.excludes) for dim, vs in part.items() for v in vs]
@@ -126,6 +128,7 @@ def check_life_events(taxonomy: Taxonomy, path: Path, catalog: Catalog) -> None:
                 raise DataFileError(f"{where}: event {summary!r}: effect {text!r} names an unknown topic")
             if parts[1] not in catalog.facets.get(topic, {}):
                 raise DataFileError(f"{where}: event {summary!r}: effect {text!r}: {topic} has no facet {parts[1]!r}")
+        _check_items(spec, where, taxonomy, carriers)
         lo, hi = spec.age
         why = None
         if lo > hi or hi < lo_age or lo > hi_age:
@@ -136,6 +139,35 @@ def check_life_events(taxonomy: Taxonomy, path: Path, catalog: Catalog) -> None:
                 why = f"no persona ever has {dim} {' or '.join(values)}"
         if why:
             raise DataFileError(f"{where}: event {summary!r} can never happen: {why}")
+
+
+def _check_items(spec, where: str, taxonomy: Taxonomy, carriers: dict[str, tuple[str, set[str]]]) -> None:
+    """Each item an event names is a catalog item (``carriers``: name -> its topic and facets) of a topic its
+    effects name, carries a facet they push there, and none they push the other way (so the direction of its
+    change is never in doubt)."""
+    effects = spec.parsed_effects(taxonomy.topic_aliases)
+    seen: set[str] = set()
+    for name in spec.items:
+        if name in seen:
+            raise DataFileError(f"{where}: event {spec.summary!r}: item {name!r} is named twice")
+        seen.add(name)
+        if name not in carriers:
+            raise DataFileError(f"{where}: event {spec.summary!r}: item {name!r} is not in the catalog")
+        topic, carried = carriers[name]
+        ways = {e.direction for e in effects if e.topic == topic and e.facet in carried}
+        if not ways:
+            raise DataFileError(f"{where}: event {spec.summary!r}: item {name!r} ({topic}) carries no facet its "
+                                f"effects push (it has: {', '.join(sorted(carried)) or 'none'})")
+        if len(ways) > 1:
+            raise DataFileError(f"{where}: event {spec.summary!r}: item {name!r} ({topic}) carries facets its "
+                                "effects push both ways")
+
+
+def turnable_items(taxonomy: Taxonomy | None = None, catalog: Catalog | None = None) -> set[tuple[str, str]]:
+    """(topic, name) of every catalog item some life event names: the items a change can turn."""
+    taxonomy, catalog = taxonomy or load_taxonomy(), catalog or load_catalog()
+    topics = {i.name: t for t, cat in catalog.topics.items() for i in cat.items}
+    return {(topics[name], name) for _, spec in taxonomy.event_specs().values() for name in spec.items}
 
 
 def catalog_inventory(topics: list[str], catalog: Catalog | None = None) -> dict[str, list[InventoryItem]]:

@@ -17,19 +17,29 @@ from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline
 
 CANDIDATE_WINDOW = 4  # events weighed against each other for a held preference they can turn around
 LIKE_SHARE_GAP = 0.1  # how far the turnable items' share of likes may drift from all held items' before it leans
-HELD_WINDOWS = 2  # ... and how many windows ahead an event may come from to turn a held preference
+HELD_WINDOWS = 8  # ... and how many windows ahead an event may come from to turn a held preference
+CROSS_TOPIC_PULL = 4.0  # an event turning items of k of the run's topics is weighed by k ** this
+HELD_CHOICES = 3  # events that can turn a held view compared, the one turning more of the run's topics kept
+TURNABLE_WEIGHT = 4.0  # a held item some event names is this many times likelier to be drawn than one none names
 
 
 class _EventIndex:
-    """The taxonomy's events with their parsed effects, and per run topic list their reach: built once."""
+    """The taxonomy's events with the items each turns (and by which effect), and per run topic list their
+    reach: built once."""
 
-    def __init__(self, taxonomy: Taxonomy, topics: tuple[str, ...]):
+    def __init__(self, taxonomy: Taxonomy, topics: tuple[str, ...], facets: dict):
         self.events = [(c, spec) for c in sorted(taxonomy.life_event_categories)
                        for spec in taxonomy.life_event_categories[c].events]
-        self.effects = {spec.summary: spec.parsed_effects(taxonomy.topic_aliases) for _, spec in self.events}
-        self.topics = {k: {e.topic for e in v} for k, v in self.effects.items()}
+        # summary -> (topic, item) -> the effect that turns it: only the items the event names
+        self.items = {spec.summary: spec.item_effects(taxonomy.topic_aliases, facets) for _, spec in self.events}
+        self.topics = {k: {t for t, _ in v} for k, v in self.items.items()}
         self.reach = {k: len(v & set(topics)) for k, v in self.topics.items()}
-        self.per_topic = {(k, e.topic): sum(x.topic == e.topic for x in v) for k, v in self.effects.items() for e in v}
+        self.per_topic = Counter((k, t) for k, v in self.items.items() for t, _ in v)
+        self.ways: dict[tuple[str, str], set[str]] = {}  # (topic, item) -> the directions events turn it
+        for v in self.items.values():
+            for key, effect in v.items():
+                self.ways.setdefault(key, set()).add(effect.direction)
+        self.turnable = set(self.ways)
         self._allowed: dict[tuple, list[tuple[str, LifeEventSpec]]] = {}
 
     def allowed(self, state: dict[str, str], age: int | None) -> list[tuple[str, LifeEventSpec]]:
@@ -50,10 +60,10 @@ def _catalog_facets(catalog) -> dict:
     return _FACETS[id(catalog)]
 
 
-def _event_index(taxonomy: Taxonomy, topics: list[str]) -> _EventIndex:
+def _event_index(taxonomy: Taxonomy, topics: list[str], facets: dict) -> _EventIndex:
     key = (id(taxonomy), tuple(topics))
     if key not in _INDEXES:
-        _INDEXES[key] = _EventIndex(taxonomy, tuple(topics))
+        _INDEXES[key] = _EventIndex(taxonomy, tuple(topics), facets)
     return _INDEXES[key]
 
 
@@ -68,6 +78,10 @@ def simulate_timeline(
     for window in windows[1:]:
         sim.period(window)
     return sim.timeline()
+
+
+def _stance(effect: Effect) -> str:
+    return "like" if effect.direction == "+" else "dislike"
 
 
 def _minutes_into(window: PeriodWindow, lo: float, hi: float, rng: random.Random) -> datetime:
@@ -90,19 +104,17 @@ class _Simulation:
         self.tags = persona.attributes.stereotype_tags()
         self.state = initial_state(persona.attributes)
         catalog = load_catalog()
-        self.facets = {**_catalog_facets(catalog),
-                       **{(t, i.name): tuple(i.facets) for t, items in inventory.items() for i in items if i.facets}}
         self.facet_words = catalog.facets
-        self.catalog_items = {t: [(i.name, i.facets) for i in cat.items] for t, cat in catalog.topics.items()}
-        self.index = _event_index(taxonomy, config.topics)
+        self.index = _event_index(taxonomy, config.topics, _catalog_facets(catalog))
 
     # -- initial state ---------------------------------------------------------------------------
     def initial_preferences(self, start: datetime) -> None:
-        """3-5 held items per topic: a stereotyped item is liked, another liked at ``like_probability``; an
-        item life events can turn (one with facets) leans toward the stance its share of likes lacks, so
-        the items that can change are liked about as often as all held items, and a change from dislike
-        to like is about as common as one from like to dislike (else the first stance of a changed chain
-        would tell which of two mirrored chains is the answer)."""
+        """3-5 held items per topic, items some life event names (ones it can turn) drawn more often: a
+        stereotyped item is liked, another liked at ``like_probability``, or, where events turn it one way
+        only, held the other way so that it can turn. A turnable item then leans toward the stance its share
+        of likes lacks, so the items that can change are liked about as often as all held items, and a change
+        from dislike to like is about as common as one from like to dislike (else the first stance of a
+        changed chain would tell which of two mirrored chains is the answer)."""
         likes: Counter[bool] = Counter()  # liked held items, by whether events can turn them
         held: Counter[bool] = Counter()
         for topic in self.config.topics:
@@ -113,8 +125,11 @@ class _Simulation:
                 if item is None:
                     break
                 is_stereo = stereo and bool(self.tags & set(item.tags))
-                turnable = bool(self.facets.get((topic, item.name)))
+                turnable = (topic, item.name) in self.index.turnable
                 like = is_stereo or self.rng.random() < self.s.like_probability
+                ways = self.index.ways.get((topic, item.name), set())
+                if not is_stereo and len(ways) == 1:
+                    like = ways == {"-"}
                 if turnable and not is_stereo and held[True]:
                     gap = likes[True] / held[True] - sum(likes.values()) / sum(held.values())
                     like = False if gap > LIKE_SHARE_GAP else True if gap < -LIKE_SHARE_GAP else like
@@ -123,13 +138,16 @@ class _Simulation:
                 self._add_version(topic, item.name, "like" if like else "dislike", start, None, is_stereo)
 
     def _unused_item(self, topic: str, stereotypical: bool | None = None) -> InventoryItem | None:
-        """A random item not yet held; ``stereotypical`` True/False restricts to items that do/don't
-        match the persona's demographic tags."""
+        """A random item not yet held, one some event names ``TURNABLE_WEIGHT`` times likelier; ``stereotypical``
+        True/False restricts to items that do/don't match the persona's demographic tags."""
         used = {v[0].item for v in self.chains.values() if v[0].topic == topic}
         pool = [i for i in self.inventory[topic] if i.name not in used]
         if stereotypical is not None:
             pool = [i for i in pool if bool(self.tags & set(i.tags)) == stereotypical]
-        return self.rng.choice(pool) if pool else None
+        if not pool:
+            return None
+        weights = [TURNABLE_WEIGHT if (topic, i.name) in self.index.turnable else 1.0 for i in pool]
+        return self.rng.choices(pool, weights=weights)[0]
 
     def _add_version(self, topic, item, stance, valid_from, cause: Event | None, stereo=False) -> PreferenceVersion:
         pid = pref_id(self.persona.persona_id, topic, item)
@@ -185,7 +203,7 @@ class _Simulation:
         return event
 
     def _reach(self, spec: LifeEventSpec) -> int:
-        """How many of the run's topics the event's effects name."""
+        """How many of the run's topics the event turns items of."""
         return self.index.reach[spec.summary]
 
     def _weighted_order(self, candidates: list[tuple[str, LifeEventSpec]], weight) -> list[tuple[str, LifeEventSpec]]:
@@ -224,7 +242,7 @@ class _Simulation:
             if self.s.max_topics_per_event > 1 and self.rng.random() < self.s.cross_topic_fraction:
                 # the event's other topics, the period's own targets first; a change outside them takes
                 # the place of a target not reached yet, so a period changes as many topics as before
-                named = {e.topic for e in self._effects(spec)} & set(self.config.topics)
+                named = self.index.topics[spec.summary] & set(self.config.topics)
                 others = sorted(named - done - {first})
                 self.rng.shuffle(others)
                 others.sort(key=lambda t: t not in targets)
@@ -246,20 +264,22 @@ class _Simulation:
                 self._update(window, life, spec, change, changed)
         self._routines(window)
 
-    def _effects(self, spec: LifeEventSpec) -> list[Effect]:
-        return self.index.effects[spec.summary]
-
     def _cause_for(self, topic: str, changed: set[str]):
         """(category, event, change) for a life event that can change ``topic`` now, or None.
 
         Events are tried in a weighted random order, a few at a time: among those few, a change that turns
-        a held preference around comes first (a longer chain first, when one fits), else one that starts a
-        view on a new item. Small windows keep every event's share even; the modes keep chains long."""
-        candidates = [(c, spec) for c, spec in self._eligible() if topic in self.index.topics[spec.summary]]
-        # an event naming several of the run's topics is a candidate for each, and one with several effects
-        # on this topic finds an item more often: weigh it down by both, so every event gets its turn
-        candidates = self._weighted_order(candidates, lambda spec: spec.weight / max(1, self._reach(spec)) / self.index.per_topic[
-            (spec.summary, topic)])
+        a held preference around comes first (a longer chain first, when any event turns one back), else one
+        that starts a view on a new item. Small windows keep every event's share even; the modes keep chains
+        long."""
+        # an event of weight w < 1 is open with chance w: one that alone can turn a popular item would
+        # otherwise be drawn whenever that item is held, whatever its weight
+        candidates = [(c, spec) for c, spec in self._eligible() if topic in self.index.topics[spec.summary]
+                      and (spec.weight >= 1 or self.rng.random() < spec.weight)]
+        # an event naming several items of this topic finds a held one more often: weigh it down a little;
+        # one that turns items of several of the run's topics comes first more often, so that a fair share of
+        # life events change more than one topic (each of those links is written down like any other)
+        candidates = self._weighted_order(candidates, lambda spec: spec.weight * self._reach(spec) ** CROSS_TOPIC_PULL
+                                          / self.index.per_topic[(spec.summary, topic)] ** 0.5)
         modes = ["fresh", "held"]
         if self.rng.random() >= self.s.new_item_fraction:
             modes = ["long", "held", "fresh"] if self.rng.random() < self.s.continue_chain_probability else ["held", "fresh"]
@@ -267,57 +287,43 @@ class _Simulation:
             for mode in modes:
                 # a held preference may be turned by any of the next few windows' events; a new view only
                 # by this window's, so one with rare effects is not drawn for every persona
-                span = CANDIDATE_WINDOW * (HELD_WINDOWS if mode != "fresh" else 1)
+                span = len(candidates) if mode == "long" else CANDIDATE_WINDOW * (HELD_WINDOWS if mode != "fresh" else 1)
+                fits = []
                 for category, spec in candidates[start:start + span]:
                     plan = self._pick_change(topic, spec, changed, mode)
                     if plan is not None:
-                        return category, spec, plan
+                        fits.append((category, spec, plan))
+                        if mode == "fresh" or len(fits) == HELD_CHOICES:
+                            break
+                if fits:
+                    # of the first few events that can turn a held view, one that changes more topics
+                    return max(fits, key=lambda fit: self._reach(fit[1]))
         return None
 
     def _pick_change(self, topic: str, spec: LifeEventSpec, changed: set[str], mode: str = "held"):
-        """(effect, pref_id, item, new stance) for one of the event's effects on ``topic``, or None.
+        """(effect, pref_id, item, new stance) for one of the items the event names in ``topic``, or None.
 
-        A facet pushed up turns a held dislike of an item with that facet into a like (mode held, or
-        long: a chain of 2+ versions), or adds a like of a new item (mode fresh); pushed down, a held
-        like becomes a dislike, or a new item becomes a dislike."""
-        effects = [e for e in self._effects(spec) if e.topic == topic]
-        self.rng.shuffle(effects)
-        for effect in effects:
-            want = "like" if effect.direction == "+" else "dislike"
-            if mode == "fresh":
-                fresh = self._best(topic, effects, effect, self._fresh_items(topic, effect.facet))
-                if fresh:
-                    item = self.rng.choice(fresh)
-                    return effect, pref_id(self.persona.persona_id, topic, item), item, want
-                continue
-            held = [c for pid, c in self.chains.items() if c[0].topic == topic and pid not in changed
-                    and len(c) < self.s.max_versions and c[-1].stance != want and c[-1].valid_to is None
-                    and (mode != "long" or len(c) >= 2) and effect.facet in self.facets.get((topic, c[0].item), ())]
-            best = set(self._best(topic, effects, effect, [c[0].item for c in held]))
-            held = [c for c in held if c[0].item in best]
-            if held:
-                chain = self.rng.choice(held)
-                return effect, chain[0].pref_id, chain[0].item, want
-        return None
-
-    def _best(self, topic: str, effects: list[Effect], effect: Effect, items: list[str]) -> list[str]:
-        """The items that fit the event best: none carrying a facet it pushes the other way, and of those
-        the ones carrying the most facets it pushes this way ("a big park": outdoors and solo, trail running
-        over home workouts)."""
-        same = {e.facet for e in effects if e.direction == effect.direction}
-        other = {e.facet for e in effects if e.direction != effect.direction}
-        scored = [(len(same & set(f)), name) for name in items
-                  if not (other & set(f := self.facets.get((topic, name), ())))]
-        top = max((score for score, _ in scored), default=0)
-        return [name for score, name in scored if score == top and top > 0]
-
-    def _fresh_items(self, topic: str, facet: str) -> list[str]:
-        """Items with ``facet`` the persona holds no view on: its inventory's first, else the catalog's."""
-        used = {c[0].item for c in self.chains.values() if c[0].topic == topic}
-        own = [i.name for i in self.inventory[topic] if i.name not in used and facet in self.facets.get((topic, i.name), ())]
-        if own:
-            return own
-        return [name for name, facets in self.catalog_items.get(topic, []) if name not in used and facet in facets]
+        The item's effect says the way: pushed up, a held dislike becomes a like (mode held, or long: a chain
+        of 2+ versions), or a new item becomes a like (mode fresh); pushed down, the same toward dislike."""
+        named = {item: effect for (t, item), effect in self.index.items[spec.summary].items() if t == topic}
+        if not named:
+            return None
+        if mode == "fresh":
+            used = {c[0].item for c in self.chains.values() if c[0].topic == topic}
+            own = [i.name for i in self.inventory[topic] if i.name in named and i.name not in used]
+            pool = own or [name for name in named if name not in used]
+            if not pool:
+                return None
+            item = self.rng.choice(pool)
+            return named[item], pref_id(self.persona.persona_id, topic, item), item, _stance(named[item])
+        held = [c for pid, c in self.chains.items() if c[0].topic == topic and pid not in changed
+                and c[0].item in named and c[-1].stance != _stance(named[c[0].item]) and c[-1].valid_to is None
+                and len(c) < self.s.max_versions and (mode != "long" or len(c) >= 2)]
+        if not held:
+            return None
+        chain = self.rng.choice(held)
+        effect = named[chain[0].item]
+        return effect, chain[0].pref_id, chain[0].item, _stance(effect)
 
     def _update(self, window: PeriodWindow, life: Event, spec: LifeEventSpec, change, changed: set[str]) -> None:
         effect, pid, item, stance = change
