@@ -12,7 +12,7 @@ from pipeline.llm import LLM, LLMError
 from pipeline.rng import derive_rng
 from pipeline.specs import INVENTORY, PROFILE
 from pipeline.text.quality import Origin, count, item_problem, text_problem
-from pipeline.timeline.catalog import catalog_inventory, load_catalog
+from pipeline.timeline.catalog import catalog_inventory, load_catalog, turnable_items
 from pipeline.timeline.sample_personas import persona_from_seed
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
@@ -111,9 +111,11 @@ def _inventory(persona: Persona, *, config: RunConfig, llm: LLM) -> Inventory:
 
 def merge_inventory(persona: Persona, drafts: list[BaseModel | None], *, config: RunConfig) -> Inventory:
     """Model items first (at most ``1 - text.catalog_share`` of the size), topped up from the catalog to the
-    configured size, plus demographic stereotypes. Catalog items carry facets, so events can turn them; a
-    persona whose changeable items were all stereotyped likes would only ever change from like to dislike."""
+    configured size, plus demographic stereotypes. The top-up takes items some life event names first, so
+    events can turn them; a persona whose changeable items were all stereotyped likes would only ever change
+    from like to dislike."""
     catalog = catalog_inventory(config.topics)
+    turnable = turnable_items()
     tags = persona.attributes.stereotype_tags()
     rng = derive_rng(config.seed, persona.persona_id, "expand_persona")
     taken: set[str] = set()
@@ -125,6 +127,7 @@ def merge_inventory(persona: Persona, drafts: list[BaseModel | None], *, config:
                                                                              topic=topic)]
         pool = list(catalog[topic])
         rng.shuffle(pool)
+        pool.sort(key=lambda i: (topic, i.name) not in turnable)  # stable: still shuffled within each part
         stereo = [i for i in pool if tags & set(i.tags)][: config.text.stereotype_items]
         topup = [i for i in pool if i not in stereo][: max(0, size - len(items))]
         for extra in stereo + topup:
