@@ -36,10 +36,13 @@ def _voiced(shown: list[SessionWithTurns], key: str) -> Ref | None:
 
 def temporal_question(q: Query, shown: list[SessionWithTurns], dates: list[datetime],
                       versions: dict[str, PreferenceVersion]) -> tuple[dict, list[Ref]] | None:
-    """(question fields, the two turns it rests on) about the newest change voiced before the question, or None."""
-    keys = sorted({k for swt in shown for t in swt.turns if t.role == "user" for k in t.pref_versions
-                   if k in versions and k.startswith(_focal_pref(q))})
-    for key in sorted(keys, key=lambda k: -parse_version_key(k)[1]):
+    """(question fields, the two turns it rests on) about the newest change voiced before the question, or None:
+    a change of the query's own preference first, else of any preference the haystack voices."""
+    voiced = {k for swt in shown for t in swt.turns if t.role == "user" for k in t.pref_versions if k in versions}
+    focal = _focal_pref(q)
+    own = sorted(k for k in voiced if k.startswith(focal))
+    rest = sorted(k for k in voiced if not k.startswith(focal))
+    for key in [*sorted(own, key=lambda k: -parse_version_key(k)[1]), *sorted(rest, key=lambda k: -parse_version_key(k)[1])]:
         pref, number = parse_version_key(key)
         older = f"{pref}@{number - 1}"
         new_ref, old_ref = _voiced(shown, key), _voiced(shown, older) if older in versions else None
