@@ -253,7 +253,8 @@ def test_the_turn_mode_keeps_a_passing_user_turn_beside_code_reply_when_every_re
     (seed,) = sample_personas(1, run_seed=config.seed, settings=config.personas)
     result = build_persona_text(seed, config=config, llm=llm)
     beats = result.stats.beats
-    assert beats and asked == {"user": beats, "reply": beats * config.text.turn_attempts}
+    exchanges = sum(len(s.turns) // 2 for s in result.sessions)  # the beats' and any ordinary exchanges
+    assert beats and asked == {"user": exchanges, "reply": exchanges * config.text.turn_attempts}
     check_persona(result, config)
     pairs = [(s.turns[k], s.turns[k + 1]) for s in result.sessions for k in range(0, len(s.turns), 2)
              if s.turns[k].pref_versions or s.turns[k].event_ids]
@@ -261,8 +262,9 @@ def test_the_turn_mode_keeps_a_passing_user_turn_beside_code_reply_when_every_re
     assert all(not user.fallback and assistant.fallback for user, assistant in pairs)
     assert all(assistant.content.startswith("Thank you for telling me.") for _, assistant in pairs)
     origin = result.stats.origin
-    assert (origin["user_turn"].model, origin["user_turn"].code) == (beats, 0)
-    assert (origin["assistant_turn"].model + origin["assistant_turn"].reasked, origin["assistant_turn"].code) == (0, beats)
+    # an ordinary exchange whose reply never passes is written by code whole, its user turn too
+    assert (origin["user_turn"].model, origin["user_turn"].code) == (beats, exchanges - beats)
+    assert (origin["assistant_turn"].model + origin["assistant_turn"].reasked, origin["assistant_turn"].code) == (0, exchanges)
     assert result.stats.fallback_beats == 0  # the beat's fact is in the model's words
 
 
