@@ -30,16 +30,17 @@ class _EventIndex:
     def __init__(self, taxonomy: Taxonomy, topics: tuple[str, ...], facets: dict):
         self.events = [(c, spec) for c in sorted(taxonomy.life_event_categories)
                        for spec in taxonomy.life_event_categories[c].events]
-        # summary -> (topic, item) -> the effect that turns it: only the items the event names
-        self.items = {spec.summary: spec.item_effects(taxonomy.topic_aliases, facets) for _, spec in self.events}
-        self.topics = {k: {t for t, _ in v} for k, v in self.items.items()}
+        # (summary, topic) -> item -> the effect that turns it: only the items the event names
+        self.named: dict[tuple[str, str], dict[str, Effect]] = {}
+        self.topics: dict[str, set[str]] = {spec.summary: set() for _, spec in self.events}
+        # (topic, item) -> the directions events turn it; its keys are the items some event can turn
+        self.ways: dict[tuple[str, str], set[str]] = {}
+        for _, spec in self.events:
+            for (topic, item), effect in spec.item_effects(taxonomy.topic_aliases, facets).items():
+                self.named.setdefault((spec.summary, topic), {})[item] = effect
+                self.topics[spec.summary].add(topic)
+                self.ways.setdefault((topic, item), set()).add(effect.direction)
         self.reach = {k: len(v & set(topics)) for k, v in self.topics.items()}
-        self.per_topic = Counter((k, t) for k, v in self.items.items() for t, _ in v)
-        self.ways: dict[tuple[str, str], set[str]] = {}  # (topic, item) -> the directions events turn it
-        for v in self.items.values():
-            for key, effect in v.items():
-                self.ways.setdefault(key, set()).add(effect.direction)
-        self.turnable = set(self.ways)
         self._allowed: dict[tuple, list[tuple[str, LifeEventSpec]]] = {}
 
     def allowed(self, state: dict[str, str], age: int | None) -> list[tuple[str, LifeEventSpec]]:
@@ -125,7 +126,7 @@ class _Simulation:
                 if item is None:
                     break
                 is_stereo = stereo and bool(self.tags & set(item.tags))
-                turnable = (topic, item.name) in self.index.turnable
+                turnable = (topic, item.name) in self.index.ways
                 like = is_stereo or self.rng.random() < self.s.like_probability
                 ways = self.index.ways.get((topic, item.name), set())
                 if not is_stereo and len(ways) == 1:
@@ -146,7 +147,7 @@ class _Simulation:
             pool = [i for i in pool if bool(self.tags & set(i.tags)) == stereotypical]
         if not pool:
             return None
-        weights = [TURNABLE_WEIGHT if (topic, i.name) in self.index.turnable else 1.0 for i in pool]
+        weights = [TURNABLE_WEIGHT if (topic, i.name) in self.index.ways else 1.0 for i in pool]
         return self.rng.choices(pool, weights=weights)[0]
 
     def _add_version(self, topic, item, stance, valid_from, cause: Event | None, stereo=False) -> PreferenceVersion:
@@ -279,7 +280,7 @@ class _Simulation:
         # one that turns items of several of the run's topics comes first more often, so that a fair share of
         # life events change more than one topic (each of those links is written down like any other)
         candidates = self._weighted_order(candidates, lambda spec: spec.weight * self._reach(spec) ** CROSS_TOPIC_PULL
-                                          / self.index.per_topic[(spec.summary, topic)] ** 0.5)
+                                          / len(self.index.named[(spec.summary, topic)]) ** 0.5)
         modes = ["fresh", "held"]
         if self.rng.random() >= self.s.new_item_fraction:
             modes = ["long", "held", "fresh"] if self.rng.random() < self.s.continue_chain_probability else ["held", "fresh"]
@@ -305,7 +306,7 @@ class _Simulation:
 
         The item's effect says the way: pushed up, a held dislike becomes a like (mode held, or long: a chain
         of 2+ versions), or a new item becomes a like (mode fresh); pushed down, the same toward dislike."""
-        named = {item: effect for (t, item), effect in self.index.items[spec.summary].items() if t == topic}
+        named = self.index.named.get((spec.summary, topic), {})
         if not named:
             return None
         if mode == "fresh":
