@@ -25,6 +25,16 @@ class InventoryItem(Strict):
 
 
 class CatalogItem(InventoryItem):
+    age: tuple[int, int] | None = Field(
+        default=None, description="the ages at which holding this item is unremarkable (min, max); none: any adult")
+
+    @field_validator("age")
+    @classmethod
+    def _age_range(cls, age: tuple[int, int] | None) -> tuple[int, int] | None:
+        if age is not None and not 0 <= age[0] <= age[1]:
+            raise ValueError(f"age {list(age)} is not [min, max] with 0 <= min <= max")
+        return age
+
     @field_validator("tags")
     @classmethod
     def _closed_vocabulary(cls, tags: list[str]) -> list[str]:
@@ -55,6 +65,10 @@ class Catalog(Strict):
                     raise ValueError(f"catalog item {item.name!r} appears in {seen[key]} and {topic}")
                 seen[key] = topic
         return self
+
+    def item_ages(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """(topic, item name) -> the ages the item fits, for the items that declare them."""
+        return {(t, i.name): i.age for t, cat in self.topics.items() for i in cat.items if i.age is not None}
 
     def item_facets(self) -> dict[tuple[str, str], list[str]]:
         """(topic, item name) -> the item's facets."""

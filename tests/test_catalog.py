@@ -82,6 +82,30 @@ def test_an_events_named_items_are_checked_at_load(tmp_path, new, message):
         load_taxonomy(path)
 
 
+def test_an_event_naming_an_item_no_one_its_age_could_hold_is_rejected(tmp_path):
+    """An item's catalog age range must meet the ages of every event that names it: a vertigo that strikes
+    only at 70-85 cannot put anyone off indoor climbing gyms, which no one over 60 holds."""
+    old = 'summary: "developed lasting vertigo after an inner-ear infection", weight: 0.329, age: [25, 85]'
+    path, line = _taxonomy_copy(tmp_path, old, old.replace("[25, 85]", "[70, 85]"))
+    with pytest.raises(DataFileError, match=rf"{tmp_path}/taxonomy.yaml:{line}: .*names item 'indoor climbing gyms', "
+                                            "which fits ages 18-60 only"):
+        load_taxonomy(path)
+
+
+def test_item_age_ranges_are_checked_and_the_merge_keeps_only_fitting_items(tmp_path):
+    from pipeline.timeline.catalog import fits_age
+
+    text = (DATA_DIR / "catalog.yaml").read_text(encoding="utf-8")
+    old = "      - name: indoor climbing gyms\n        age: [18, 60]"
+    assert old in text
+    bad = tmp_path / "catalog.yaml"
+    bad.write_text(text.replace(old, old.replace("[18, 60]", "[60, 18]")), encoding="utf-8")
+    with pytest.raises(DataFileError, match=rf"{bad}: .*age.*not \[min, max\]"):
+        load_catalog(bad)
+    assert fits_age((18, 60), 60) and not fits_age((18, 60), 61) and fits_age(None, 85)
+    assert fits_age((25, 85), None) and not fits_age((18, 50), None)  # no age: must fit 30-60
+
+
 def test_most_events_name_items_and_both_directions_are_common():
     """The (event -> item) links are written down: most events turn something, and turning an item toward
     dislike is not rare (else a changed chain's first stance would mostly be a dislike)."""

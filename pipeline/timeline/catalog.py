@@ -109,6 +109,7 @@ def check_life_events(taxonomy: Taxonomy, path: Path, catalog: Catalog) -> None:
     hi_age = max(b.max for b in taxonomy.age_bands)
     facets = catalog.item_facets()
     carriers = {name: (topic, set(carried)) for (topic, name), carried in facets.items()}
+    ages = catalog.item_ages()
     for summary, (_, spec) in taxonomy.event_specs().items():
         where = _line(path, f'"{summary}"')
         named = [(dim, v) for part in (spec.requires, spec.excludes) for dim, vs in part.items() for v in vs]
@@ -139,6 +140,11 @@ def check_life_events(taxonomy: Taxonomy, path: Path, catalog: Catalog) -> None:
                 why = f"no persona ever has {dim} {' or '.join(values)}"
         if why:
             raise DataFileError(f"{where}: event {summary!r} can never happen: {why}")
+        for name in spec.items:
+            span = ages.get((carriers[name][0], name))
+            if span is not None and (span[1] < spec.age[0] or spec.age[1] < span[0]):
+                raise DataFileError(f"{where}: event {summary!r} (ages {spec.age[0]}-{spec.age[1]}) names item "
+                                    f"{name!r}, which fits ages {span[0]}-{span[1]} only: no one could live the change")
 
 
 def _check_items(spec, where: str, taxonomy: Taxonomy, carriers: dict[str, tuple[str, set[str]]]) -> None:
@@ -168,6 +174,17 @@ def turnable_items(taxonomy: Taxonomy | None = None, catalog: Catalog | None = N
     taxonomy, catalog = taxonomy or load_taxonomy(), catalog or load_catalog()
     topics = {i.name: t for t, cat in catalog.topics.items() for i in cat.items}
     return {(topics[name], name) for _, spec in taxonomy.event_specs().values() for name in spec.items}
+
+
+def fits_age(span: tuple[int, int] | None, age: int | None) -> bool:
+    """True when a person of ``age`` may hold an item declared for ``span``; a seed with no age must fit
+    every age of ``UNKNOWN_AGE_SPAN``."""
+    from pipeline.timeline.life_state import UNKNOWN_AGE_SPAN
+
+    if span is None:
+        return True
+    lo, hi = (age, age) if age is not None else UNKNOWN_AGE_SPAN
+    return span[0] <= lo and hi <= span[1]
 
 
 def catalog_inventory(topics: list[str], catalog: Catalog | None = None) -> dict[str, list[InventoryItem]]:

@@ -6,7 +6,7 @@ import random
 from collections import Counter
 from datetime import datetime, timedelta
 
-from pipeline.timeline.catalog import load_catalog, load_taxonomy
+from pipeline.timeline.catalog import fits_age, load_catalog, load_taxonomy
 from pipeline.timeline.life_state import apply, code_reason, initial_state, unmet
 from pipeline.timeline.periods import PeriodWindow, history_start, period_windows
 from schemas.catalog import Effect, InventoryItem, LifeEventSpec, Taxonomy
@@ -105,6 +105,12 @@ class _Simulation:
         self.tags = persona.attributes.stereotype_tags()
         self.state = initial_state(persona.attributes)
         catalog = load_catalog()
+        # only items a person of this age would plausibly hold (the catalog's age ranges), so no 85-year-old
+        # starts out liking indoor climbing and no 19-year-old takes to estate planning
+        ages = catalog.item_ages()
+        age = persona.attributes.age
+        self.fits = lambda topic, name: fits_age(ages.get((topic, name)), age)
+        self.inventory = {t: [i for i in items if self.fits(t, i.name)] for t, items in inventory.items()}
         self.facet_words = catalog.facets
         self.index = _event_index(taxonomy, config.topics, _catalog_facets(catalog))
 
@@ -312,7 +318,7 @@ class _Simulation:
         if mode == "fresh":
             used = {c[0].item for c in self.chains.values() if c[0].topic == topic}
             own = [i.name for i in self.inventory[topic] if i.name in named and i.name not in used]
-            pool = own or [name for name in named if name not in used]
+            pool = own or [name for name in named if name not in used and self.fits(topic, name)]
             if not pool:
                 return None
             item = self.rng.choice(pool)
