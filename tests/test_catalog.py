@@ -66,14 +66,14 @@ def test_taxonomy_errors_name_file_and_line(tmp_path, old, new, message):
         load_taxonomy(path)
 
 
-DIABETES_ITEMS = 'items: ["brown sugar bubble tea", "dark chocolate truffles"]'
+DIABETES_ITEMS = 'items: ["dark chocolate truffles"]'
 
 
 @pytest.mark.parametrize(("new", "message"), [
-    ('items: ["brown sugar bubble tea", "dark chocolate bunnies"]', "item 'dark chocolate bunnies' is not in the catalog"),
-    ('items: ["brown sugar bubble tea", "weekly talk therapy"]',
+    ('items: ["dark chocolate truffles", "dark chocolate bunnies"]', "item 'dark chocolate bunnies' is not in the catalog"),
+    ('items: ["dark chocolate truffles", "weekly talk therapy"]',
      r"item 'weekly talk therapy' \(therapy\) carries no facet its effects push"),
-    ('items: ["brown sugar bubble tea", "brown sugar bubble tea"]', "item 'brown sugar bubble tea' is named twice"),
+    ('items: ["dark chocolate truffles", "dark chocolate truffles"]', "item 'dark chocolate truffles' is named twice"),
 ])
 def test_an_events_named_items_are_checked_at_load(tmp_path, new, message):
     """An event turns only the items it names: each must be a catalog item carrying a facet its effects push."""
@@ -85,7 +85,7 @@ def test_an_events_named_items_are_checked_at_load(tmp_path, new, message):
 def test_an_event_naming_an_item_no_one_its_age_could_hold_is_rejected(tmp_path):
     """An item's catalog age range must meet the ages of every event that names it: a vertigo that strikes
     only at 70-85 cannot put anyone off indoor climbing gyms, which no one over 60 holds."""
-    old = 'summary: "developed lasting vertigo after an inner-ear infection", weight: 0.329, age: [25, 85]'
+    old = 'age: [25, 85], effects: [movies outing -, sports high-impact -], items: ["IMAX 3D screenings", "indoor climbing'
     path, line = _taxonomy_copy(tmp_path, old, old.replace("[25, 85]", "[70, 85]"))
     with pytest.raises(DataFileError, match=rf"{tmp_path}/taxonomy.yaml:{line}: .*names item 'indoor climbing gyms', "
                                             "which fits ages 18-60 only"):
