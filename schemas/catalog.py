@@ -28,6 +28,9 @@ class CatalogItem(InventoryItem):
     age: tuple[int, int] | None = Field(
         default=None, description="the ages at which holding this item is unremarkable (min, max); none: any adult")
 
+    gender: list[str] | None = Field(
+        default=None, description="the gender identities that may hold this item (mammogram reminders); none: any")
+
     @field_validator("age")
     @classmethod
     def _age_range(cls, age: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -69,6 +72,10 @@ class Catalog(Strict):
     def item_ages(self) -> dict[tuple[str, str], tuple[int, int]]:
         """(topic, item name) -> the ages the item fits, for the items that declare them."""
         return {(t, i.name): i.age for t, cat in self.topics.items() for i in cat.items if i.age is not None}
+
+    def item_genders(self) -> dict[tuple[str, str], set[str]]:
+        """(topic, item name) -> the gender identities that may hold it, for the items that name them."""
+        return {(t, i.name): set(i.gender) for t, cat in self.topics.items() for i in cat.items if i.gender}
 
     def item_facets(self) -> dict[tuple[str, str], list[str]]:
         """(topic, item name) -> the item's facets."""

@@ -106,6 +106,32 @@ def test_item_age_ranges_are_checked_and_the_merge_keeps_only_fitting_items(tmp_
     assert fits_age((25, 85), None) and not fits_age((18, 50), None)  # no age: must fit 30-60
 
 
+def test_gendered_items_and_events_are_checked_and_held_only_by_those_they_fit(tmp_path):
+    """Mammogram reminders are held by women only, and the loader rejects a gender the taxonomy does not
+    sample in the catalog, or an event for one gender naming an item held only by another."""
+    from pipeline.timeline.catalog import check_item_genders, item_fit
+    from schemas.persona import SeedAttributes
+
+    catalog, tax = load_catalog(), load_taxonomy()
+    fits = {g: item_fit(catalog, SeedAttributes(age=50, gender_identity=g)) for g in ("woman", "man", None)}
+    key = ("medicalConsultation", "mammogram reminders")
+    assert fits["woman"](*key) and not fits["man"](*key) and not fits[None](*key)
+    assert fits["man"]("medicalConsultation", "prostate screening exams")
+    text = (DATA_DIR / "catalog.yaml").read_text(encoding="utf-8")
+    old = "      - name: mammogram reminders\n"
+    line = text[: text.index(old)].count("\n") + 1
+    bad = tmp_path / "catalog.yaml"
+    bad.write_text(text.replace(old + "        gender: [woman]", old + "        gender: [female]"), encoding="utf-8")
+    with pytest.raises(DataFileError, match=rf"{bad}:{line}: item 'mammogram reminders' .*unknown gender 'female'"):
+        check_item_genders(tax, load_catalog(bad), bad)
+    old = 'requires: {gender: [woman]}, effects: [medical medication +, medical alternative +, therapy sleep +, ' \
+          'therapy body +], items: ["menopause hormone therapy"]'
+    path, line = _taxonomy_copy(tmp_path, old, old.replace("effects: [", "effects: [medical preventive +, ")
+                                .replace('therapy"]', 'therapy", "prostate screening exams"]'))
+    with pytest.raises(DataFileError, match=rf"taxonomy.yaml:{line}: .*names item 'prostate screening exams'"):
+        load_taxonomy(path)
+
+
 def test_most_events_name_items_and_both_directions_are_common():
     """The (event -> item) links are written down: most events turn something, and turning an item toward
     dislike is not rare (else a changed chain's first stance would mostly be a dislike)."""

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.rng import derive_rng
-from pipeline.timeline.catalog import catalog_inventory, fits_age, load_catalog, load_taxonomy
+from pipeline.timeline.catalog import catalog_inventory, item_fit, load_catalog, load_taxonomy
 from pipeline.timeline.life_state import replay
 from pipeline.timeline.periods import period_windows
 from pipeline.timeline.sample_personas import persona_from_seed, sample_builtin_seed
@@ -123,9 +123,9 @@ def test_life_events_fit_the_life_state_and_every_change_follows_its_effect(conf
         effects = specs[cause.summary][1].parsed_effects(load_taxonomy().topic_aliases)
         assert (new.topic, e.facet, e.direction) in {(x.topic, x.facet, x.direction) for x in effects}
         assert new.item in specs[cause.summary][1].items  # only an item the event names
-    ages = load_catalog().item_ages()
-    for v in t.preferences:  # nobody holds an item outside the ages it fits (no 85-year-old climber)
-        assert fits_age(ages.get((v.topic, v.item)), seed.attributes.age), (v.item, seed.attributes.age)
+    fits = item_fit(load_catalog(), seed.attributes)
+    for v in t.preferences:  # nobody holds an item outside the ages (no 85-year-old climber) or genders it fits
+        assert fits(v.topic, v.item), (v.item, seed.attributes.age, seed.attributes.gender_identity)
 
 
 def test_a_plan_of_60_personas_spreads_its_event_summaries():

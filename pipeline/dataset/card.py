@@ -122,7 +122,8 @@ def _made(manifest: Manifest) -> str:
             "those items and turns it that way, recording the event, facet and direction on the update "
             "(`events.cause_event_id`, `facet`, `direction`). Every (event -> item) link is written in the "
             "taxonomy and was kept only where the event gives the reason in one obvious step, the natural way "
-            "round (an item no event names is a steady taste). A "
+            "round (an item no event names is a steady taste). Items that fit only some ages carry an age "
+            "range in the catalog (indoor climbing gyms: 18-60); no persona holds or takes to one outside it. A "
             "model-written reason is kept only where it names the event and the item; otherwise code's reason, "
             "which states the link, stays.\n\n"
             + _table(["item", "value"], rows))

@@ -12,7 +12,7 @@ from pipeline.llm import LLM, LLMError
 from pipeline.rng import derive_rng
 from pipeline.specs import INVENTORY, PROFILE
 from pipeline.text.quality import Origin, count, item_problem, text_problem
-from pipeline.timeline.catalog import catalog_inventory, fits_age, load_catalog, turnable_items
+from pipeline.timeline.catalog import catalog_inventory, item_fit, load_catalog, turnable_items
 from pipeline.timeline.sample_personas import persona_from_seed
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
@@ -111,13 +111,13 @@ def _inventory(persona: Persona, *, config: RunConfig, llm: LLM) -> Inventory:
 
 def merge_inventory(persona: Persona, drafts: list[BaseModel | None], *, config: RunConfig) -> Inventory:
     """Model items first (at most ``1 - text.catalog_share`` of the size), topped up from the catalog to the
-    configured size, plus demographic stereotypes, of the catalog items the persona's age fits (an item's
-    ``age`` range). The top-up takes items some life event names first, so
+    configured size, plus demographic stereotypes, of the catalog items the persona fits (an item's ``age``
+    range and ``gender``). The top-up takes items some life event names first, so
     events can turn them; a persona whose changeable items were all stereotyped likes would only ever change
     from like to dislike."""
     catalog = catalog_inventory(config.topics)
     turnable = turnable_items()
-    ages = load_catalog().item_ages()
+    fits = item_fit(load_catalog(), persona.attributes)
     tags = persona.attributes.stereotype_tags()
     rng = derive_rng(config.seed, persona.persona_id, "expand_persona")
     taken: set[str] = set()
@@ -127,7 +127,7 @@ def merge_inventory(persona: Persona, drafts: list[BaseModel | None], *, config:
     for topic, draft in zip(config.topics, drafts, strict=True):
         items = [InventoryItem(name=n, origin="model") for n in clean_items(draft.items if draft else [], taken=taken, limit=own,
                                                                              topic=topic)]
-        pool = [i for i in catalog[topic] if fits_age(ages.get((topic, i.name)), persona.attributes.age)]
+        pool = [i for i in catalog[topic] if fits(topic, i.name)]
         rng.shuffle(pool)
         pool.sort(key=lambda i: (topic, i.name) not in turnable)  # stable: still shuffled within each part
         stereo = [i for i in pool if tags & set(i.tags)][: config.text.stereotype_items]

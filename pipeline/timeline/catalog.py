@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
@@ -51,7 +52,18 @@ def load_taxonomy(path: Path = DATA_DIR / "taxonomy.yaml") -> Taxonomy:
     taxonomy = load_yaml_model(path, Taxonomy)
     if taxonomy.life_state:
         check_life_events(taxonomy, path, load_catalog())
+        check_item_genders(taxonomy, load_catalog(), DATA_DIR / "catalog.yaml")
     return taxonomy
+
+
+def check_item_genders(taxonomy: Taxonomy, catalog: Catalog, path: Path) -> None:
+    """An item's ``gender`` names only gender identities the taxonomy samples."""
+    known = {g.value for g in taxonomy.gender_identities}
+    for (topic, name), genders in catalog.item_genders().items():
+        unknown = sorted(genders - known)
+        if unknown:
+            raise DataFileError(f"{_line(path, f'name: {name}')}: item {name!r} of {topic}: unknown gender "
+                                f"{unknown[0]!r} (known: {', '.join(sorted(known))})")
 
 
 def _line(path: Path, needle: str) -> str:
@@ -95,6 +107,8 @@ def _initial_values(taxonomy: Taxonomy) -> dict[str, set[str]]:
                                            occupation=job.value, occupation_group=job.group)
                     for dim, value in initial_state(attrs).items():
                         out.setdefault(dim, set()).add(value)
+    if "gender" in out:  # set from the sampled gender identity alone, whatever the other attributes
+        out["gender"] |= {g.value for g in taxonomy.gender_identities}
     return out
 
 
@@ -109,7 +123,7 @@ def check_life_events(taxonomy: Taxonomy, path: Path, catalog: Catalog) -> None:
     hi_age = max(b.max for b in taxonomy.age_bands)
     facets = catalog.item_facets()
     carriers = {name: (topic, set(carried)) for (topic, name), carried in facets.items()}
-    ages = catalog.item_ages()
+    ages, genders = catalog.item_ages(), catalog.item_genders()
     for summary, (_, spec) in taxonomy.event_specs().items():
         where = _line(path, f'"{summary}"')
         named = [(dim, v) for part in (spec.requires, spec.excludes) for dim, vs in part.items() for v in vs]
@@ -145,6 +159,11 @@ def check_life_events(taxonomy: Taxonomy, path: Path, catalog: Catalog) -> None:
             if span is not None and (span[1] < spec.age[0] or spec.age[1] < span[0]):
                 raise DataFileError(f"{where}: event {summary!r} (ages {spec.age[0]}-{spec.age[1]}) names item "
                                     f"{name!r}, which fits ages {span[0]}-{span[1]} only: no one could live the change")
+            held_by = genders.get((carriers[name][0], name))
+            if held_by is not None and "gender" in spec.requires and not held_by & set(spec.requires["gender"]):
+                raise DataFileError(f"{where}: event {summary!r} (gender {'/'.join(spec.requires['gender'])}) names "
+                                    f"item {name!r}, held only by {'/'.join(sorted(held_by))}: no one could live the "
+                                    "change")
 
 
 def _check_items(spec, where: str, taxonomy: Taxonomy, carriers: dict[str, tuple[str, set[str]]]) -> None:
@@ -185,6 +204,19 @@ def fits_age(span: tuple[int, int] | None, age: int | None) -> bool:
         return True
     lo, hi = (age, age) if age is not None else UNKNOWN_AGE_SPAN
     return span[0] <= lo and hi <= span[1]
+
+
+def item_fit(catalog: Catalog, attributes) -> Callable[[str, str], bool]:
+    """``(topic, name) -> bool``: whether a person with these seed attributes may hold the item: its age range
+    (``fits_age``) and, where the catalog names genders (mammogram reminders), one of them."""
+    ages, genders = catalog.item_ages(), catalog.item_genders()
+    age, gender = attributes.age, attributes.gender_identity
+
+    def fits(topic: str, name: str) -> bool:
+        allowed = genders.get((topic, name))
+        return fits_age(ages.get((topic, name)), age) and (allowed is None or gender in allowed)
+
+    return fits
 
 
 def catalog_inventory(topics: list[str], catalog: Catalog | None = None) -> dict[str, list[InventoryItem]]:

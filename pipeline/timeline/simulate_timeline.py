@@ -6,7 +6,7 @@ import random
 from collections import Counter
 from datetime import datetime, timedelta
 
-from pipeline.timeline.catalog import fits_age, load_catalog, load_taxonomy
+from pipeline.timeline.catalog import item_fit, load_catalog, load_taxonomy
 from pipeline.timeline.life_state import apply, code_reason, initial_state, unmet
 from pipeline.timeline.periods import PeriodWindow, history_start, period_windows
 from schemas.catalog import Effect, InventoryItem, LifeEventSpec, Taxonomy
@@ -18,7 +18,7 @@ from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline
 CANDIDATE_WINDOW = 4  # events weighed against each other for a held preference they can turn around
 LIKE_SHARE_GAP = 0.1  # how far the turnable items' share of likes may drift from all held items' before it leans
 HELD_WINDOWS = 8  # ... and how many windows ahead an event may come from to turn a held preference
-CROSS_TOPIC_PULL = 4.0  # an event turning items of k of the run's topics is weighed by k ** this
+CROSS_TOPIC_PULL = 10.0  # an event turning items of k of the run's topics is weighed by k ** this
 HELD_CHOICES = 3  # events that can turn a held view compared, the one turning more of the run's topics kept
 TURNABLE_WEIGHT = 4.0  # a held item some event names is this many times likelier to be drawn than one none names
 
@@ -105,11 +105,9 @@ class _Simulation:
         self.tags = persona.attributes.stereotype_tags()
         self.state = initial_state(persona.attributes)
         catalog = load_catalog()
-        # only items a person of this age would plausibly hold (the catalog's age ranges), so no 85-year-old
+        # only items this person would plausibly hold (the catalog's age ranges and genders), so no 85-year-old
         # starts out liking indoor climbing and no 19-year-old takes to estate planning
-        ages = catalog.item_ages()
-        age = persona.attributes.age
-        self.fits = lambda topic, name: fits_age(ages.get((topic, name)), age)
+        self.fits = item_fit(catalog, persona.attributes)
         self.inventory = {t: [i for i in items if self.fits(t, i.name)] for t, items in inventory.items()}
         self.facet_words = catalog.facets
         self.index = _event_index(taxonomy, config.topics, _catalog_facets(catalog))
