@@ -66,29 +66,29 @@ def test_taxonomy_errors_name_file_and_line(tmp_path, old, new, message):
         load_taxonomy(path)
 
 
-DIABETES_ITEMS = 'items: ["dark chocolate truffles"]'
+HORSE_ITEMS = 'items: ["horse riding lessons"]'
 
 
 @pytest.mark.parametrize(("new", "message"), [
-    ('items: ["dark chocolate truffles", "dark chocolate bunnies"]', "item 'dark chocolate bunnies' is not in the catalog"),
-    ('items: ["dark chocolate truffles", "weekly talk therapy"]',
+    ('items: ["horse riding lessons", "dark chocolate bunnies"]', "item 'dark chocolate bunnies' is not in the catalog"),
+    ('items: ["horse riding lessons", "weekly talk therapy"]',
      r"item 'weekly talk therapy' \(therapy\) carries no facet its effects push"),
-    ('items: ["dark chocolate truffles", "dark chocolate truffles"]', "item 'dark chocolate truffles' is named twice"),
+    ('items: ["horse riding lessons", "horse riding lessons"]', "item 'horse riding lessons' is named twice"),
 ])
 def test_an_events_named_items_are_checked_at_load(tmp_path, new, message):
     """An event turns only the items it names: each must be a catalog item carrying a facet its effects push."""
-    path, line = _taxonomy_copy(tmp_path, DIABETES_ITEMS, new)
+    path, line = _taxonomy_copy(tmp_path, HORSE_ITEMS, new)
     with pytest.raises(DataFileError, match=rf"{tmp_path}/taxonomy.yaml:{line}: .*{message}"):
         load_taxonomy(path)
 
 
 def test_an_event_naming_an_item_no_one_its_age_could_hold_is_rejected(tmp_path):
-    """An item's catalog age range must meet the ages of every event that names it: a vertigo that strikes
-    only at 70-85 cannot put anyone off indoor climbing gyms, which no one over 60 holds."""
-    old = 'age: [25, 85], effects: [movies outing -, sports high-impact -], items: ["IMAX 3D screenings", "indoor climbing'
-    path, line = _taxonomy_copy(tmp_path, old, old.replace("[25, 85]", "[70, 85]"))
-    with pytest.raises(DataFileError, match=rf"{tmp_path}/taxonomy.yaml:{line}: .*names item 'indoor climbing gyms', "
-                                            "which fits ages 18-60 only"):
+    """An item's catalog age range must meet the ages of every event that names it: a fall from a horse that
+    happens only at 72-75 cannot put anyone off horse riding lessons, which no one over 70 holds."""
+    old = 'age: [18, 75], effects: [sports costly -], ' + HORSE_ITEMS
+    path, line = _taxonomy_copy(tmp_path, old, old.replace("[18, 75]", "[72, 75]"))
+    with pytest.raises(DataFileError, match=rf"{tmp_path}/taxonomy.yaml:{line}: .*names item 'horse riding lessons', "
+                                            "which fits ages 18-70 only"):
         load_taxonomy(path)
 
 

@@ -15,7 +15,7 @@ def test_default_config_over_180_personas_exercises_the_benchmark():
     config = load_config("default", n_personas=180, seed=7)
     stats = plan_stats(build_plan(config).timelines, config.topics)
     assert all(count > 0 for count in stats["updates_per_topic"].values()), stats["updates_per_topic"]
-    assert stats["cross_topic_fraction"] >= 0.15  # every multi-topic link passes the same strict read as any other
+    assert stats["cross_topic_fraction"] >= 0.10  # every multi-topic link passes the same strict read as any other
     assert stats["max_chain_length"] >= 3
     assert stats["events"]["routine"] > 0
     assert stats["max_causal_depth"] >= 3

@@ -21,6 +21,7 @@ HELD_WINDOWS = 8  # ... and how many windows ahead an event may come from to tur
 CROSS_TOPIC_PULL = 10.0  # an event turning items of k of the run's topics is weighed by k ** this
 HELD_CHOICES = 3  # events that can turn a held view compared, the one turning more of the run's topics kept
 TURNABLE_WEIGHT = 4.0  # a held item some event names is this many times likelier to be drawn than one none names
+TURNERS_FULL = 3  # ... when at least this many events name it; fewer, proportionally less
 
 
 class _EventIndex:
@@ -35,11 +36,14 @@ class _EventIndex:
         self.topics: dict[str, set[str]] = {spec.summary: set() for _, spec in self.events}
         # (topic, item) -> the directions events turn it; its keys are the items some event can turn
         self.ways: dict[tuple[str, str], set[str]] = {}
+        # (topic, item) -> how many events name it
+        self.turners: Counter[tuple[str, str]] = Counter()
         for _, spec in self.events:
             for (topic, item), effect in spec.item_effects(taxonomy.topic_aliases, facets).items():
                 self.named.setdefault((spec.summary, topic), {})[item] = effect
                 self.topics[spec.summary].add(topic)
                 self.ways.setdefault((topic, item), set()).add(effect.direction)
+                self.turners[(topic, item)] += 1
         self.reach = {k: len(v & set(topics)) for k, v in self.topics.items()}
         self._allowed: dict[tuple, list[tuple[str, LifeEventSpec]]] = {}
 
@@ -143,7 +147,8 @@ class _Simulation:
                 self._add_version(topic, item.name, "like" if like else "dislike", start, None, is_stereo)
 
     def _unused_item(self, topic: str, stereotypical: bool | None = None) -> InventoryItem | None:
-        """A random item not yet held, one some event names ``TURNABLE_WEIGHT`` times likelier; ``stereotypical``
+        """A random item not yet held, one that ``TURNERS_FULL`` or more events name ``TURNABLE_WEIGHT`` times likelier
+        (one or two events proportionally less); ``stereotypical``
         True/False restricts to items that do/don't match the persona's demographic tags."""
         used = {v[0].item for v in self.chains.values() if v[0].topic == topic}
         pool = [i for i in self.inventory[topic] if i.name not in used]
@@ -151,7 +156,10 @@ class _Simulation:
             pool = [i for i in pool if bool(self.tags & set(i.tags)) == stereotypical]
         if not pool:
             return None
-        weights = [TURNABLE_WEIGHT if (topic, i.name) in self.index.ways else 1.0 for i in pool]
+        # an item only one or two events can turn weighs less, so that no single event becomes the cause that
+        # every holder of a popular item must draw
+        weights = [1.0 + (TURNABLE_WEIGHT - 1.0) * min(self.index.turners[(topic, i.name)], TURNERS_FULL) / TURNERS_FULL
+                   for i in pool]
         return self.rng.choices(pool, weights=weights)[0]
 
     def _add_version(self, topic, item, stance, valid_from, cause: Event | None, stereo=False) -> PreferenceVersion:
