@@ -135,7 +135,7 @@ def test_the_validator_replays_life_states_and_checks_effects():
         return Event(event_id=eid, persona_id=pid, time=T0 + timedelta(hours=hours), period="WEEK", kind="life_event",
                      summary=summary)
 
-    events = [life("a", 1, "retired after thirty years at the same company"), life("b", 2, "joined a local book club"),
+    events = [life("a", 1, "retired after more than thirty years of work"), life("b", 2, "joined a local book club"),
               life("c", 3, "joined a local book club"),
               Event(event_id="u", persona_id=pid, time=T0 + timedelta(hours=4), period="WEEK", kind="preference_update",
                     summary="went off ramen", pref_refs=["pref_a@1", "pref_a@2"], cause_event_id="b",

@@ -21,7 +21,7 @@ HELD_WINDOWS = 8  # ... and how many windows ahead an event may come from to tur
 CROSS_TOPIC_PULL = 10.0  # an event turning items of k of the run's topics is weighed by k ** this
 HELD_CHOICES = 3  # events that can turn a held view compared, the one turning more of the run's topics kept
 TURNABLE_WEIGHT = 4.0  # a held item some event names is this many times likelier to be drawn than one none names
-TURNERS_FULL = 3  # ... when at least this many events name it; fewer, proportionally less
+TURNERS_FULL = 3  # ... when at least this many events name it; fewer, proportionally less (one: no more likely)
 
 
 class _EventIndex:
@@ -106,6 +106,7 @@ class _Simulation:
         self.chains: dict[str, list[PreferenceVersion]] = {}
         self.last_update: dict[str, Event] = {}
         self.used_summaries: set[str] = set()
+        self.opened: dict[str, bool] = {}  # event summary -> open to this persona (``_open``)
         self.tags = persona.attributes.stereotype_tags()
         self.state = initial_state(persona.attributes)
         catalog = load_catalog()
@@ -148,7 +149,7 @@ class _Simulation:
 
     def _unused_item(self, topic: str, stereotypical: bool | None = None) -> InventoryItem | None:
         """A random item not yet held, one that ``TURNERS_FULL`` or more events name ``TURNABLE_WEIGHT`` times likelier
-        (one or two events proportionally less); ``stereotypical``
+        (fewer proportionally less, one no likelier than an item none names); ``stereotypical``
         True/False restricts to items that do/don't match the persona's demographic tags."""
         used = {v[0].item for v in self.chains.values() if v[0].topic == topic}
         pool = [i for i in self.inventory[topic] if i.name not in used]
@@ -158,8 +159,8 @@ class _Simulation:
             return None
         # an item only one or two events can turn weighs less, so that no single event becomes the cause that
         # every holder of a popular item must draw
-        weights = [1.0 + (TURNABLE_WEIGHT - 1.0) * min(self.index.turners[(topic, i.name)], TURNERS_FULL) / TURNERS_FULL
-                   for i in pool]
+        weights = [1.0 + (TURNABLE_WEIGHT - 1.0) * max(0, min(self.index.turners[(topic, i.name)], TURNERS_FULL) - 1)
+                   / (TURNERS_FULL - 1) for i in pool]
         return self.rng.choices(pool, weights=weights)[0]
 
     def _add_version(self, topic, item, stance, valid_from, cause: Event | None, stereo=False) -> PreferenceVersion:
@@ -284,10 +285,10 @@ class _Simulation:
         a held preference around comes first (a longer chain first, when any event turns one back), else one
         that starts a view on a new item. Small windows keep every event's share even; the modes keep chains
         long."""
-        # an event of weight w < 1 is open with chance w: one that alone can turn a popular item would
-        # otherwise be drawn whenever that item is held, whatever its weight
+        # an event of weight w < 1 is open to this persona with chance w, decided once: one that alone can turn
+        # a popular item would otherwise be drawn whenever that item is held, whatever its weight
         candidates = [(c, spec) for c, spec in self._eligible() if topic in self.index.topics[spec.summary]
-                      and (spec.weight >= 1 or self.rng.random() < spec.weight)]
+                      and self._open(spec)]
         # an event naming several items of this topic finds a held one more often: weigh it down a little;
         # one that turns items of several of the run's topics comes first more often, so that a fair share of
         # life events change more than one topic (each of those links is written down like any other)
@@ -312,6 +313,15 @@ class _Simulation:
                     # of the first few events that can turn a held view, one that changes more topics
                     return max(fits, key=lambda fit: self._reach(fit[1]))
         return None
+
+    def _open(self, spec: LifeEventSpec) -> bool:
+        """Whether an event may cause changes for this persona: always at weight >= 1, else with chance ``weight``,
+        drawn the first time it is asked and kept."""
+        if spec.weight >= 1:
+            return True
+        if spec.summary not in self.opened:
+            self.opened[spec.summary] = self.rng.random() < spec.weight
+        return self.opened[spec.summary]
 
     def _pick_change(self, topic: str, spec: LifeEventSpec, changed: set[str], mode: str = "held"):
         """(effect, pref_id, item, new stance) for one of the items the event names in ``topic``, or None.
