@@ -19,6 +19,7 @@ CANDIDATE_WINDOW = 4  # events weighed against each other for a held preference 
 LIKE_SHARE_GAP = 0.1  # how far the turnable items' share of likes may drift from all held items' before it leans
 HELD_WINDOWS = 8  # ... and how many windows ahead an event may come from to turn a held preference
 CROSS_TOPIC_PULL = 10.0  # an event turning items of k of the run's topics is weighed by k ** this
+TURN_LEAD = 1  # how many more views a persona may turn from one stance than from the other
 HELD_CHOICES = 3  # events that can turn a held view compared, the one turning more of the run's topics kept
 TURNABLE_WEIGHT = 4.0  # a held item some event names is this many times likelier to be drawn than one none names
 TURNERS_FULL = 3  # ... when at least this many events name it; fewer, proportionally less (one: no more likely)
@@ -85,6 +86,10 @@ def simulate_timeline(
     return sim.timeline()
 
 
+def _other(stance: str) -> str:
+    return "dislike" if stance == "like" else "like"
+
+
 def _stance(effect: Effect) -> str:
     return "like" if effect.direction == "+" else "dislike"
 
@@ -107,6 +112,7 @@ class _Simulation:
         self.last_update: dict[str, Event] = {}
         self.used_summaries: set[str] = set()
         self.opened: dict[str, bool] = {}  # event summary -> open to this persona (``_open``)
+        self.turned: Counter[str] = Counter()  # stance -> how many held views this persona turned away from it
         self.tags = persona.attributes.stereotype_tags()
         self.state = initial_state(persona.attributes)
         catalog = load_catalog()
@@ -310,9 +316,20 @@ class _Simulation:
                         if mode == "fresh" or len(fits) == HELD_CHOICES:
                             break
                 if fits:
-                    # of the first few events that can turn a held view, one that changes more topics
-                    return max(fits, key=lambda fit: self._reach(fit[1]))
+                    # of the first few events that can turn a held view, one turning the stance this persona has
+                    # turned less often (so a changed chain's first stance does not tell its direction), then one
+                    # that changes more topics
+                    return max(fits, key=lambda fit: (self._rarer_turn(fit[2]), self._reach(fit[1])))
         return None
+
+    def _rarer_turn(self, change) -> bool:
+        """Whether ``change`` turns a held view from the stance this persona has so far turned from less often."""
+        effect, pid, _, _ = change
+        if pid not in self.chains:
+            return False
+        was = self.chains[pid][-1].stance
+        other = "dislike" if was == "like" else "like"
+        return self.turned[was] < self.turned[other]
 
     def _open(self, spec: LifeEventSpec) -> bool:
         """Whether an event may cause changes for this persona: always at weight >= 1, else with chance ``weight``,
@@ -342,6 +359,9 @@ class _Simulation:
         held = [c for pid, c in self.chains.items() if c[0].topic == topic and pid not in changed
                 and c[0].item in named and c[-1].stance != _stance(named[c[0].item]) and c[-1].valid_to is None
                 and len(c) < self.s.max_versions and (mode != "long" or len(c) >= 2)]
+        # a persona turns views from like and from dislike about equally often (else a changed chain's first
+        # stance would tell its direction): a stance already turned from TURN_LEAD more times than the other waits
+        held = [c for c in held if self.turned[c[-1].stance] - self.turned[_other(c[-1].stance)] < TURN_LEAD]
         if not held:
             return None
         chain = self.rng.choice(held)
@@ -356,6 +376,8 @@ class _Simulation:
         update = self._event(window, when, "preference_update", f"{verb} {item}", topic=topic, category=life.category,
                              cause_event_id=life.event_id, facet=effect.facet, direction=effect.direction)
         previous = [v.key for v in self.chains.get(pid, [])[-1:]]
+        if pid in self.chains:
+            self.turned[self.chains[pid][-1].stance] += 1
         version = self._add_version(topic, item, stance, when + timedelta(minutes=10), update)
         words = self.facet_words.get(topic, {}).get(effect.facet, effect.facet)
         version.reason = code_reason(spec.summary, item, stance, words, effect.direction)
