@@ -57,11 +57,11 @@ def injected(monkeypatch) -> collections.Counter:
     return seen
 
 
-def spec_for(root: Path, llm: str, *, n: int = 2) -> RunSpec:
+def spec_for(root: Path, llm: str, *, n: int = 2, reask: int = 2) -> RunSpec:
     """A smoke run with short timeouts and backoff, so injected timeouts cost little; budgets of 1,500 and
     3,000 tokens and model-written filler (more filler calls than smoke's own) so that every fault rate is hit."""
     settings = LLMSettings(llm=llm, cache_path=root / "cache" / "llm.sqlite", timeout_s=0.3, backoff_s=0.01,
-                           backoff_max_s=0.05)
+                           backoff_max_s=0.05, reask=reask)
     config = load_config("smoke", n_personas=n, seed=11)
     config = config.model_copy(update={"assembly": config.assembly.model_copy(update={"budgets": [1500, 3000]}),
                                        "filler": config.filler.model_copy(update={"source": "llm"}),  # model calls
@@ -92,9 +92,11 @@ def test_faulty_model_run_publishes_every_row(harness, injected, tmp_path):
     """10% malformed, 5% 429, 2% timeouts (and call 7), 2% truncated: same tables as a clean run, every fault accounted."""
     from flows.generate import run_generate
 
-    clean = run_generate(spec_for(tmp_path / "clean", "fake"), workers=2)
+    # six re-asks: with 12% content faults a call fails all three asks of the default about once in 600 calls, so
+    # some data (its request keys seed the fault draw) would fail a call and change a table by chance
+    clean = run_generate(spec_for(tmp_path / "clean", "fake", reask=6), workers=2)
     injected.clear()
-    faulty = run_generate(spec_for(tmp_path / "faulty", FAULTY), workers=2)
+    faulty = run_generate(spec_for(tmp_path / "faulty", FAULTY, reask=6), workers=2)
     assert_valid(faulty)
     usage = manifest(faulty)["usage"]["total"]
     faults = sum(injected[k] for k in (*TRANSPORT, *CONTENT))
