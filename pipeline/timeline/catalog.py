@@ -10,7 +10,9 @@ import yaml
 from pydantic import ValidationError
 
 from pipeline.errors import UserError, first_validation_error
+from pipeline.timeline.life_state import UNKNOWN_AGE_SPAN, initial_state
 from schemas.catalog import Catalog, InventoryItem, Taxonomy
+from schemas.persona import SeedAttributes
 
 DATA_DIR = Path(__file__).parents[1] / "data"
 
@@ -94,8 +96,6 @@ def check_facets(catalog: Catalog, path: Path) -> None:
 
 def _initial_values(taxonomy: Taxonomy) -> dict[str, set[str]]:
     """Every value each life-state dimension can start with, over the sampler's attribute combinations."""
-    from pipeline.timeline.life_state import initial_state
-    from schemas.persona import SeedAttributes
 
     out: dict[str, set[str]] = {dim: set() for dim in taxonomy.life_state}
     ages = sorted({a for band in taxonomy.age_bands for a in (band.min, band.max)})
@@ -198,15 +198,13 @@ def turnable_items(taxonomy: Taxonomy | None = None, catalog: Catalog | None = N
 def fits_age(span: tuple[int, int] | None, age: int | None) -> bool:
     """True when a person of ``age`` may hold an item declared for ``span``; a seed with no age must fit
     every age of ``UNKNOWN_AGE_SPAN``."""
-    from pipeline.timeline.life_state import UNKNOWN_AGE_SPAN
-
     if span is None:
         return True
     lo, hi = (age, age) if age is not None else UNKNOWN_AGE_SPAN
     return span[0] <= lo and hi <= span[1]
 
 
-def item_fit(catalog: Catalog, attributes) -> Callable[[str, str], bool]:
+def item_fit(catalog: Catalog, attributes: SeedAttributes) -> Callable[[str, str], bool]:
     """``(topic, name) -> bool``: whether a person with these seed attributes may hold the item: its age range
     (``fits_age``) and, where the catalog names genders (mammogram reminders), one of them."""
     ages, genders = catalog.item_ages(), catalog.item_genders()

@@ -322,14 +322,14 @@ class _Simulation:
                     return max(fits, key=lambda fit: (self._rarer_turn(fit[2]), self._reach(fit[1])))
         return None
 
+    def _lead(self, stance: str) -> int:
+        """How many more held views this persona has turned away from ``stance`` than from the other stance."""
+        return self.turned[stance] - self.turned[_other(stance)]
+
     def _rarer_turn(self, change) -> bool:
         """Whether ``change`` turns a held view from the stance this persona has so far turned from less often."""
-        effect, pid, _, _ = change
-        if pid not in self.chains:
-            return False
-        was = self.chains[pid][-1].stance
-        other = "dislike" if was == "like" else "like"
-        return self.turned[was] < self.turned[other]
+        pid = change[1]
+        return pid in self.chains and self._lead(self.chains[pid][-1].stance) < 0
 
     def _open(self, spec: LifeEventSpec) -> bool:
         """Whether an event may cause changes for this persona: always at weight >= 1, else with chance ``weight``,
@@ -361,7 +361,7 @@ class _Simulation:
                 and len(c) < self.s.max_versions and (mode != "long" or len(c) >= 2)]
         # a persona turns views from like and from dislike about equally often (else a changed chain's first
         # stance would tell its direction): a stance already turned from TURN_LEAD more times than the other waits
-        held = [c for c in held if self.turned[c[-1].stance] - self.turned[_other(c[-1].stance)] < TURN_LEAD]
+        held = [c for c in held if self._lead(c[-1].stance) < TURN_LEAD]
         if not held:
             return None
         chain = self.rng.choice(held)
