@@ -32,7 +32,7 @@ def _timed_run(spec) -> tuple[float, dict]:
 def _timed_probe(spec) -> float:
     """The publish step's probe and filter alone, over the first run's personas (from their checkpoints)."""
     from pipeline.run.jobs import probe_and_filter, reuse_checkpoints
-    from pipeline.timeline.sample_personas import sample_personas
+    from pipeline.s1_personas.sample_personas import sample_personas
 
     config = spec.config
     seeds = sample_personas(config.n_personas, run_seed=config.seed, settings=config.personas)

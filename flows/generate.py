@@ -39,7 +39,7 @@ from pipeline.run.jobs import (
     reuse_checkpoints,
     run_summary,
 )
-from pipeline.timeline.sample_personas import sample_personas
+from pipeline.s1_personas.sample_personas import sample_personas
 from schemas.manifest import Failure
 from schemas.persona import PersonaSeed
 

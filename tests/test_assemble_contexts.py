@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.dataset import assemble_contexts as assemble_module
-from pipeline.dataset import budget as budget_module
-from pipeline.dataset import fit
-from pipeline.dataset.assemble_contexts import AssemblyError, assemble_all, context_messages, slot_dates
-from pipeline.dataset.budget import MESSAGE_OVERHEAD, message_tokens, message_tokens_many
+from pipeline.s5_assembly import assemble_contexts as assemble_module
+from pipeline.s5_assembly import budget as budget_module
+from pipeline.s5_assembly import fit
+from pipeline.s5_assembly.assemble_contexts import AssemblyError, assemble_all, context_messages, slot_dates
+from pipeline.s5_assembly.budget import MESSAGE_OVERHEAD, message_tokens, message_tokens_many
 from pipeline.dataset.export_longmemeval import lme_date
 from pipeline.tokens import count_tokens
 from schemas.context import AssemblySettings

@@ -1,6 +1,6 @@
 import pytest
 
-from pipeline.timeline.catalog import DATA_DIR, DataFileError, catalog_inventory, load_catalog, load_taxonomy
+from pipeline.catalog import DATA_DIR, DataFileError, catalog_inventory, load_catalog, load_taxonomy
 from schemas.config import DEFAULT_TOPICS
 
 
@@ -93,7 +93,7 @@ def test_an_event_naming_an_item_no_one_its_age_could_hold_is_rejected(tmp_path)
 
 
 def test_item_age_ranges_are_checked_and_the_merge_keeps_only_fitting_items(tmp_path):
-    from pipeline.timeline.catalog import fits_age
+    from pipeline.catalog import fits_age
 
     text = (DATA_DIR / "catalog.yaml").read_text(encoding="utf-8")
     old = "      - name: indoor climbing gyms\n        age: [18, 60]"
@@ -109,7 +109,7 @@ def test_item_age_ranges_are_checked_and_the_merge_keeps_only_fitting_items(tmp_
 def test_gendered_items_and_events_are_checked_and_held_only_by_those_they_fit(tmp_path):
     """Mammogram reminders are held by women only, and the loader rejects a gender the taxonomy does not
     sample in the catalog, or an event for one gender naming an item held only by another."""
-    from pipeline.timeline.catalog import check_item_genders, item_fit
+    from pipeline.catalog import check_item_genders, item_fit
     from schemas.persona import SeedAttributes
 
     catalog, tax = load_catalog(), load_taxonomy()
@@ -171,8 +171,8 @@ def test_unknown_topic_is_named():
 
 def test_event_summaries_and_code_reasons_carry_no_stance_of_their_own():
     """A reason is voiced in the user turn that states the new stance: nothing in it may read as the opposite."""
-    from pipeline.text.stance import expressed, stance_problem
-    from pipeline.timeline.life_state import code_reason
+    from pipeline.checks.stance import expressed, stance_problem
+    from pipeline.life_state import code_reason
 
     tax, catalog = load_taxonomy(), load_catalog()
     assert [s for s in tax.event_specs() if expressed(s)] == []

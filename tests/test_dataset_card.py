@@ -9,7 +9,7 @@ import yaml
 
 from pipeline.baselines import content_words, lexical_overlap_accuracy, longest_option_accuracy
 from pipeline.dataset import publish
-from pipeline.dataset.assemble_contexts import assemble_all
+from pipeline.s5_assembly.assemble_contexts import assemble_all
 from schemas.manifest import PublishInfo
 from schemas.query import Option, Query
 from schemas.tables import TABLES

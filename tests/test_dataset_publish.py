@@ -22,7 +22,7 @@ from pipeline.dataset import (
     stage_tables,
     versions,
 )
-from pipeline.dataset.assemble_contexts import assemble_all
+from pipeline.s5_assembly.assemble_contexts import assemble_all
 from schemas.manifest import Manifest, PublishInfo
 from schemas.tables import TABLES
 from tests.support.factories import make_bundle, tiny_config

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.dataset import load
-from pipeline.dataset.budget import message_tokens
+from pipeline.s5_assembly.budget import message_tokens
 from pipeline.evaluation.evaluate import (
     EvalSettings,
     default_window,

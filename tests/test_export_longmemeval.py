@@ -18,7 +18,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli.app import app
-from pipeline.dataset import fit, load
+from pipeline.dataset import load
+from pipeline.s5_assembly import fit
 from pipeline.dataset.export_longmemeval import (
     ENTRY_KEYS,
     haystack,

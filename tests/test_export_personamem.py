@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from pipeline.cli.app import app
 from pipeline.dataset import load, publish
-from pipeline.dataset.assemble_contexts import assemble_all
+from pipeline.s5_assembly.assemble_contexts import assemble_all
 from pipeline.dataset.export import (
     QUESTION_COLUMNS,
     RELEASED_COLUMNS,

@@ -7,10 +7,10 @@ import io
 import json
 from statistics import median
 
-from pipeline.dataset.assemble_contexts import assemble_all, context_messages
-from pipeline.dataset.budget import date_text
-from pipeline.text.filler import filler_sources, sharegpt_filler
-from pipeline.text.sharegpt import clean_conversation, iter_records
+from pipeline.s5_assembly.assemble_contexts import assemble_all, context_messages
+from pipeline.s5_assembly.budget import date_text
+from pipeline.s3_text.filler import filler_sources, sharegpt_filler
+from pipeline.s3_text.sharegpt import clean_conversation, iter_records
 from schemas.config import RunConfig
 from schemas.context import AssemblySettings
 from tests.support.factories import make_bundle, make_filler_pool, tiny_config
@@ -78,7 +78,7 @@ def test_default_sessions_meet_the_profile_length_targets(tmp_path):
     from pipeline.config import load_config
     from pipeline.llm import LLM
     from pipeline.run.persona_text import build_persona_text
-    from pipeline.timeline.sample_personas import sample_personas
+    from pipeline.s1_personas.sample_personas import sample_personas
     from schemas.llm import LLMSettings
 
     config = load_config("default", n_personas=1)

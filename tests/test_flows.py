@@ -265,7 +265,7 @@ def test_dask_runner_gives_the_same_tables_as_threads(harness, tmp_path):
 
 def test_filler_top_up_asks_for_what_the_shortfall_needs(tmp_path):
     from pipeline.run.jobs import FILLER_BATCH_MAX, complete_filler, top_up_size
-    from pipeline.text.filler import filler_need
+    from pipeline.s3_text.filler import filler_need
 
     spec = spec_for(tmp_path, 2)
     spec.config.filler.source = "llm"  # the model-written pool is what gets topped up

@@ -24,7 +24,8 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli.app import app
-from pipeline.dataset import fit, load
+from pipeline.dataset import load
+from pipeline.s5_assembly import fit
 from pipeline.dataset.export import RELEASED_COLUMNS, option_strings
 from tests.conftest import REPO
 from tests.support.harness import fold_system, personamem_request, request_tokens

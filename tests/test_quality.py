@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.text.expand_persona import clean_items
-from pipeline.text.quality import text_problem
-from pipeline.text.write_sessions import unreadable
+from pipeline.s1_personas.expand_persona import clean_items
+from pipeline.checks.quality import text_problem
+from pipeline.s3_text.write_sessions import unreadable
 
 ALLOWED = ["Piotr", "Gdansk", "pharmacist", "spicy Sichuan hotpot"]
 
@@ -75,7 +75,7 @@ def test_a_reply_cut_mid_sentence_stray_markup_or_an_echo_of_the_user_is_refused
 
 def test_a_model_item_must_name_a_thing_of_its_topic():
     """Items the embedded model wrote that passed the word checks: a clause, a judgement, a list, no food at all."""
-    from pipeline.text.quality import item_problem
+    from pipeline.checks.quality import item_problem
 
     raw = {"travelPlanning": ["it's called", "my family and friends", "mountain hut treks"], "foodRecommendation": ["stupid food", "dance in the night", "talking about food and drink",
                                                                                          "spicy Korean fried chicken"],

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import pipeline.generate_queries as gq
+import pipeline.s4_queries.generate_queries as gq
 from pipeline.baselines import baseline_report, lexical_overlap_accuracy, longest_option_accuracy
 from pipeline.cli.app import app
 from pipeline.config import load_config
-from pipeline.generate_queries import QueryStats, generate_queries
+from pipeline.s4_queries.generate_queries import QueryStats, generate_queries
 from pipeline.llm import LLM
-from pipeline.queries.gates import (
+from pipeline.s4_queries.gates import (
     OUTDATED_TYPES,
     code_wording,
     length_problem,
@@ -27,12 +27,12 @@ from pipeline.queries.gates import (
     structural_problems,
     wording_problem,
 )
-from pipeline.queries.plan import balanced_positions, persona_facts, plan_queries
-from pipeline.queries.types import DEFAULT_SITUATIONS, SITUATIONS, chain_set
+from pipeline.s4_queries.plan import balanced_positions, persona_facts, plan_queries
+from pipeline.s4_queries.types import DEFAULT_SITUATIONS, SITUATIONS, chain_set
 from pipeline.rng import derive_rng
 from pipeline.run.persona_text import build_persona_text
-from pipeline.timeline.catalog import load_catalog, load_taxonomy
-from pipeline.timeline.sample_personas import sample_personas
+from pipeline.catalog import load_catalog, load_taxonomy
+from pipeline.s1_personas.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings
 from schemas.query import QUERY_TYPES, Evidence

@@ -10,9 +10,9 @@ import pytest
 
 from pipeline.baselines import wilson
 from pipeline.config import load_config
-from pipeline.evaluation.probe import LINEAR, OPTION_ONLY, TREES, ProbeResult, judge, run_probes
-from pipeline.evaluation.relational import query_rows
-from pipeline.queries.filtering import ProbeFailed, _targets, filter_queries
+from pipeline.s4_queries.probe import LINEAR, OPTION_ONLY, TREES, ProbeResult, judge, run_probes
+from pipeline.s4_queries.relational import query_rows
+from pipeline.s4_queries.filtering import ProbeFailed, _targets, filter_queries
 from schemas.query import Evidence, Option, Query
 
 VOCAB = [f"{a}{b}" for a in "bcdfghklmnprstvz" for b in ("ara", "elo", "imu", "ond", "usk", "ea")]
@@ -55,7 +55,7 @@ def test_features_see_shared_clauses_prefixes_and_mirrors():
         "At first you avoided tea, then you enjoyed it, and at present you avoid it.",
         "This is the first I am hearing of tea from you.",
     ])
-    from pipeline.evaluation import relational
+    from pipeline.s4_queries import relational
     names = relational.FEATURES
     assert len(names) == len(rows[0])
     at = {n: i for i, n in enumerate(names)}

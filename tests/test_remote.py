@@ -17,7 +17,7 @@ from pipeline.run import cluster, remote
 from pipeline.run.cluster import DaskSettings, Driver, NoWorkers, WorkerFailed, open_pool, remote_personas
 from pipeline.run.jobs import RunSpec, fingerprint, model_name, persona_job, persona_tag
 from pipeline.run.remote import WorkerReply, run_job, unpack, work
-from pipeline.timeline.sample_personas import sample_personas
+from pipeline.s1_personas.sample_personas import sample_personas
 from schemas.llm import LLMSettings
 
 QUERY_TEMPLATE = "generate_queries/query.jinja"

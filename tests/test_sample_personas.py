@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.timeline.catalog import load_taxonomy
-from pipeline.timeline.sample_personas import (
+from pipeline.catalog import load_taxonomy
+from pipeline.s1_personas.sample_personas import (
     SeedFileError,
     load_personahub,
     persona_from_seed,

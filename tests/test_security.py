@@ -17,7 +17,7 @@ import pipeline.llm.fake
 from pipeline.config import load_config
 from pipeline.prompting import PromptEnv, PromptSpec
 from pipeline.run.jobs import RunSpec, persona_job
-from pipeline.timeline.sample_personas import sample_personas
+from pipeline.s1_personas.sample_personas import sample_personas
 from schemas.llm import LLMSettings
 from tests.support.procs import run_in_group
 

@@ -10,11 +10,11 @@ import pytest
 from pipeline.config import load_config
 from pipeline.llm import LLM
 from pipeline.run.persona_text import build_persona_text
-from pipeline.text.beats import Beat, beat_problem, fallback_exchange, mentions, plan_sessions, topic_label
-from pipeline.text.expand_persona import clean_items, profile_problem
-from pipeline.text.filler import filter_filler, write_filler_pool
-from pipeline.text.narrate_events import apply_narrations, effects_of
-from pipeline.timeline.sample_personas import sample_personas
+from pipeline.s3_text.beats import Beat, beat_problem, fallback_exchange, mentions, plan_sessions, topic_label
+from pipeline.s1_personas.expand_persona import clean_items, profile_problem
+from pipeline.s3_text.filler import filter_filler, write_filler_pool
+from pipeline.s3_text.narrate_events import apply_narrations, effects_of
+from pipeline.s1_personas.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.drafts import ProfileDraft, narration_draft
 from schemas.ids import parse_version_key
@@ -162,7 +162,7 @@ def test_apply_narrations_changes_text_not_facts(tmp_path):
 
 
 def test_a_reason_must_name_the_event_gist_and_the_item():
-    from pipeline.text.narrate_events import reason_states_link
+    from pipeline.s3_text.narrate_events import reason_states_link
     from schemas.timeline import Event
 
     event = Event(event_id="e", persona_id="p", time=datetime(2025, 1, 1), period="p0", kind="life_event",
@@ -218,7 +218,7 @@ def test_the_turn_mode_writes_each_turn_in_its_own_short_call_and_every_beat_lan
 def test_auto_writes_turns_on_the_embedded_model_and_sessions_elsewhere(tmp_path):
     from types import SimpleNamespace
 
-    from pipeline.text.write_sessions import with_writing, writing_mode
+    from pipeline.s3_text.write_sessions import with_writing, writing_mode
 
     config = load_config("smoke")
     assert config.text.writing == "auto"
@@ -292,7 +292,7 @@ def test_the_turn_mode_writes_ordinary_exchanges_a_turn_at_a_time(tmp_path):
 
 
 def test_the_turn_mode_accepts_shorter_replies_than_it_asks_for():
-    from pipeline.text.turn_mode import reply_words
+    from pipeline.s3_text.turn_mode import reply_words
 
     assert reply_words(load_config("default")) == (30, 250)  # asked 80-250: a 135M model rarely writes 80
     assert reply_words(load_config("smoke")) == (5, 60)  # a floor above the profile's own leaves it alone

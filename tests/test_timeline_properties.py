@@ -8,11 +8,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeline.rng import derive_rng
-from pipeline.timeline.catalog import catalog_inventory, item_fit, load_catalog, load_taxonomy
-from pipeline.timeline.life_state import replay
-from pipeline.timeline.periods import period_windows
-from pipeline.timeline.sample_personas import persona_from_seed, sample_builtin_seed
-from pipeline.timeline.simulate_timeline import simulate_timeline
+from pipeline.catalog import catalog_inventory, item_fit, load_catalog, load_taxonomy
+from pipeline.life_state import replay
+from pipeline.s2_timeline.periods import period_windows
+from pipeline.s1_personas.sample_personas import persona_from_seed, sample_builtin_seed
+from pipeline.s2_timeline.simulate_timeline import simulate_timeline
 from schemas.config import DEFAULT_TOPICS, Period, RunConfig, TimelineSettings
 
 INVENTORY = catalog_inventory(list(DEFAULT_TOPICS))

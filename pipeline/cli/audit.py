@@ -23,7 +23,7 @@ def audit(
     each option's relations to the others), overall and per type, with 95% intervals."""
     from pipeline.baselines import chance_accuracy, lexical_overlap_accuracy, longest_option_accuracy
     from pipeline.dataset import load, resolve
-    from pipeline.evaluation.probe import run_probes
+    from pipeline.s4_queries.probe import run_probes
 
     try:
         queries = load(resolve(dataset, outputs), tables=["queries"]).queries

@@ -126,7 +126,7 @@ def generate(
     from pipeline.llm import LLM, LLMError
     from pipeline.run.estimate import check_budgets, estimate_run
     from pipeline.run.jobs import RunSpec, default_workers
-    from pipeline.text.write_sessions import with_writing
+    from pipeline.s3_text.write_sessions import with_writing
 
     if runner not in ("thread", "dask"):
         raise fail(f"--runner: expected thread or dask, got {runner!r}")

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from pipeline.baselines import chance_accuracy, lexical_overlap_accuracy, longest_option_accuracy, wilson
 from pipeline.dataset.export import size_labels
-from pipeline.dataset.fit import PM_ANSWER_RESERVE, lme_history_cap, pm_answer_reserve
+from pipeline.s5_assembly.fit import PM_ANSWER_RESERVE, lme_history_cap, pm_answer_reserve
 from schemas.manifest import Manifest
 
 DESCRIPTIONS = {

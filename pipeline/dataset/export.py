@@ -20,9 +20,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from pipeline.dataset import fit
+from pipeline.s5_assembly import fit
 from pipeline.dataset.files import check_export_file, export_folder, write_csv, write_jsonl, write_text
-from pipeline.dataset.fit import letter
+from pipeline.s5_assembly.fit import letter
 from pipeline.dataset.reading import Dataset
 from pipeline.errors import UserError
 from schemas.context import Context, Placement

@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
-from pipeline.dataset.assemble_contexts import context_messages
+from pipeline.s5_assembly.assemble_contexts import context_messages
 from pipeline.dataset.store import (
     LATEST,
     DamagedDataset,

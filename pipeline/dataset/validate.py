@@ -8,9 +8,9 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
-from pipeline.dataset.assemble_contexts import layout, place_query, turn_prefix
-from pipeline.dataset.budget import message_tokens, profile_text
-from pipeline.dataset.fit import (
+from pipeline.s5_assembly.assemble_contexts import layout, place_query, turn_prefix
+from pipeline.s5_assembly.budget import message_tokens, profile_text
+from pipeline.s5_assembly.fit import (
     fill_floor,
     fill_tokens,
     fits,
@@ -19,8 +19,8 @@ from pipeline.dataset.fit import (
     pm_ask_tokens,
     pm_history_cap,
 )
-from pipeline.timeline.catalog import load_catalog, load_taxonomy
-from pipeline.timeline.life_state import replay
+from pipeline.catalog import load_catalog, load_taxonomy
+from pipeline.life_state import replay
 from schemas.context import Context, Placement
 from schemas.conversation import Session, Turn
 from schemas.manifest import ValidationReport

@@ -25,7 +25,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.dataset import Dataset, eval_folder, load, write_eval
-from pipeline.dataset.budget import message_tokens
+from pipeline.s5_assembly.budget import message_tokens
 from pipeline.errors import UserError
 from pipeline.evaluation.answer_parse import letters, parse_answer
 from pipeline.evaluation.history import (

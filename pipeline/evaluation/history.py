@@ -23,8 +23,8 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.dataset import Dataset
-from pipeline.dataset.assemble_contexts import layout
-from pipeline.dataset.budget import message_tokens
+from pipeline.s5_assembly.assemble_contexts import layout
+from pipeline.s5_assembly.budget import message_tokens
 from pipeline.evaluation.retrieval import terms, top_k
 from schemas.context import ChatMessage, Placement
 from schemas.query import Query

@@ -10,7 +10,7 @@ from rich.tree import Tree
 
 from pipeline.dataset import read_table
 from pipeline.errors import UserError
-from pipeline.timeline.catalog import load_catalog
+from pipeline.catalog import load_catalog
 from schemas.persona import Persona
 from schemas.timeline import Event, Timeline
 

@@ -8,9 +8,9 @@ import networkx as nx
 from pydantic import BaseModel
 
 from pipeline.rng import derive_rng
-from pipeline.timeline.catalog import catalog_inventory
-from pipeline.timeline.sample_personas import persona_from_seed, sample_personas
-from pipeline.timeline.simulate_timeline import simulate_timeline
+from pipeline.catalog import catalog_inventory
+from pipeline.s1_personas.sample_personas import persona_from_seed, sample_personas
+from pipeline.s2_timeline.simulate_timeline import simulate_timeline
 from schemas.config import RunConfig
 from schemas.persona import Persona
 from schemas.timeline import Timeline

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.dataset import publish
-from pipeline.dataset.assemble_contexts import assemble_all
+from pipeline.s5_assembly.assemble_contexts import assemble_all
 from schemas.manifest import PublishInfo
 from tests.support.factories import make_bundle, tiny_config
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from pipeline.rng import derive_rng
 from pipeline.run.plan import build_plan
-from pipeline.timeline.periods import period_windows
+from pipeline.s2_timeline.periods import period_windows
 from schemas.config import Period, RunConfig, TimelineSettings
 from schemas.context import AssemblySettings
 from schemas.conversation import Session, SessionWithTurns, Turn

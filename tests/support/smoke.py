@@ -19,7 +19,7 @@ from pipeline.run.jobs import (
     publish_run,
     run_summary,
 )
-from pipeline.timeline.sample_personas import sample_personas
+from pipeline.s1_personas.sample_personas import sample_personas
 from schemas.llm import LLMSettings
 
 

@@ -28,7 +28,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 
 def names(text: str, item: str) -> bool:
-    """``item``, or two thirds of its longer words, in ``text`` (the rule of pipeline.text.beats.mentions)."""
+    """``item``, or two thirds of its longer words, in ``text`` (the rule of pipeline.s3_text.beats.mentions)."""
     words = {w for w in _WORD.findall(item.casefold()) if len(w) > 3}
     found = {w for w in _WORD.findall(text) if len(w) > 3}
     return item.casefold() in text or (bool(words) and len(words & found) * 3 >= len(words) * 2)

@@ -6,11 +6,11 @@ from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
-from pipeline.dataset.budget import with_token_counts
+from pipeline.s5_assembly.budget import with_token_counts
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
 from pipeline.specs import BEAT, SESSION, SMALL_TALK
-from pipeline.text.beats import (
+from pipeline.s3_text.beats import (
     Beat,
     SessionPlan,
     beat_problem,
@@ -19,8 +19,8 @@ from pipeline.text.beats import (
     plan_sessions,
     topic_label,
 )
-from pipeline.text.quality import Origin
-from pipeline.text.turn_mode import (
+from pipeline.checks.quality import Origin
+from pipeline.s3_text.turn_mode import (
     Exchange,
     TurnAsk,
     count_origin,
@@ -32,8 +32,8 @@ from pipeline.text.turn_mode import (
     unreadable,
     write_turns,
 )
-from pipeline.text.turn_mode import clean as _clean
-from pipeline.timeline.catalog import load_catalog
+from pipeline.s3_text.turn_mode import clean as _clean
+from pipeline.catalog import load_catalog
 from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn

@@ -16,11 +16,11 @@ from dataclasses import replace
 
 from pipeline.baselines import content_words
 from pipeline.llm import LLM, LLMError
-from pipeline.queries.facts import Facts
-from pipeline.queries.plan import QueryPlan
+from pipeline.s4_queries.facts import Facts
+from pipeline.s4_queries.plan import QueryPlan
 from pipeline.specs import QUERY_JUDGE
-from pipeline.text.beats import mentions
-from pipeline.text.quality import text_problem
+from pipeline.s3_text.beats import mentions
+from pipeline.checks.quality import text_problem
 from pipeline.tokens import count_tokens
 from schemas.config import QuerySettings
 from schemas.query import ABSENT, Query

@@ -15,8 +15,8 @@ from typing import NamedTuple
 
 from pipeline.llm import LLM
 from pipeline.specs import TURN_ASSISTANT, TURN_USER
-from pipeline.text.beats import Beat
-from pipeline.text.quality import Origin, count, text_problem, words
+from pipeline.s3_text.beats import Beat
+from pipeline.checks.quality import Origin, count, text_problem, words
 from schemas.config import RunConfig
 from schemas.turn_drafts import AssistantTurnContext, UserTurnContext, assistant_turn_draft, user_turn_draft
 

@@ -9,10 +9,10 @@ from pydantic import BaseModel
 
 from pipeline.llm import LLM
 from pipeline.specs import NARRATION
-from pipeline.text.beats import mentions
-from pipeline.text.quality import Origin, count, text_problem
-from pipeline.timeline.catalog import load_catalog, load_taxonomy
-from pipeline.timeline.life_state import gist, names
+from pipeline.s3_text.beats import mentions
+from pipeline.checks.quality import Origin, count, text_problem
+from pipeline.catalog import load_catalog, load_taxonomy
+from pipeline.life_state import gist, names
 from schemas.config import RunConfig
 from schemas.drafts import EffectView, NarrationContext, narration_draft
 from schemas.persona import Persona

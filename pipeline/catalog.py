@@ -10,11 +10,11 @@ import yaml
 from pydantic import ValidationError
 
 from pipeline.errors import UserError, first_validation_error
-from pipeline.timeline.life_state import UNKNOWN_AGE_SPAN, initial_state
+from pipeline.life_state import UNKNOWN_AGE_SPAN, initial_state
 from schemas.catalog import Catalog, InventoryItem, Taxonomy
 from schemas.persona import SeedAttributes
 
-DATA_DIR = Path(__file__).parents[1] / "data"
+DATA_DIR = Path(__file__).parent / "data"
 
 
 class DataFileError(UserError, ValueError):

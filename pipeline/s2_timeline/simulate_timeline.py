@@ -6,9 +6,9 @@ import random
 from collections import Counter
 from datetime import datetime, timedelta
 
-from pipeline.timeline.catalog import item_fit, load_catalog, load_taxonomy
-from pipeline.timeline.life_state import apply, code_reason, initial_state, unmet
-from pipeline.timeline.periods import PeriodWindow, history_start, period_windows
+from pipeline.catalog import item_fit, load_catalog, load_taxonomy
+from pipeline.life_state import apply, code_reason, initial_state, unmet
+from pipeline.s2_timeline.periods import PeriodWindow, history_start, period_windows
 from schemas.catalog import Effect, InventoryItem, LifeEventSpec, Taxonomy
 from schemas.config import RunConfig
 from schemas.ids import pref_id, stable_id

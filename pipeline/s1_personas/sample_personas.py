@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from pipeline.rng import derive_rng, derive_seed
-from pipeline.timeline.catalog import DataFileError, load_taxonomy
+from pipeline.catalog import DataFileError, load_taxonomy
 from schemas.catalog import Taxonomy, Weighted
 from schemas.config import PersonaSettings
 from schemas.ids import stable_id

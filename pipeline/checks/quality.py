@@ -105,7 +105,7 @@ def text_problem(text: str, field: Field_, allowed: Iterable[str] = ()) -> str |
 
 @cache
 def _category_labels() -> re.Pattern:
-    from pipeline.timeline.catalog import load_taxonomy
+    from pipeline.catalog import load_taxonomy
 
     names = "|".join(map(re.escape, load_taxonomy().life_event_categories))
     return re.compile(rf"\((?:{names})\)", re.IGNORECASE)
@@ -243,7 +243,7 @@ def _vocabulary(allowed: Iterable[str]) -> _Vocabulary:
 
 @cache
 def _catalog_words() -> frozenset[str]:
-    from pipeline.timeline.catalog import load_catalog, load_taxonomy
+    from pipeline.catalog import load_catalog, load_taxonomy
 
     catalog, taxonomy = load_catalog(), load_taxonomy()
     texts = [i.name for t in catalog.topics.values() for i in t.items] + list(catalog.topics)
@@ -297,7 +297,7 @@ def _forms(word: str) -> frozenset[str]:
 @lru_cache(maxsize=32)
 def topic_heads(topic: str) -> frozenset[str]:
     """The head nouns (last words) of the catalog's items in ``topic``: what a thing of this topic is called."""
-    from pipeline.timeline.catalog import load_catalog
+    from pipeline.catalog import load_catalog
 
     catalog = load_catalog()
     items = catalog.topics[topic].items if topic in catalog.topics else []

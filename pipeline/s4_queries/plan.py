@@ -11,10 +11,10 @@ from datetime import datetime
 from pydantic import BaseModel
 
 from pipeline.baselines import content_words
-from pipeline.queries.facts import Facts, TurnRef
-from pipeline.queries.sources import Pools, shadow_timelines
-from pipeline.queries.types import BUILDERS, FORGETFUL_TYPES, FORGETFUL_WEIGHT, VARIANTS, Built, OptionPlan
-from pipeline.text.beats import topic_label
+from pipeline.s4_queries.facts import Facts, TurnRef
+from pipeline.s4_queries.sources import Pools, shadow_timelines
+from pipeline.s4_queries.types import BUILDERS, FORGETFUL_TYPES, FORGETFUL_WEIGHT, VARIANTS, Built, OptionPlan
+from pipeline.s3_text.beats import topic_label
 from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig
 from schemas.conversation import SessionWithTurns

@@ -9,9 +9,9 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.rng import derive_rng
-from pipeline.text.stance import stance_problem
-from pipeline.timeline.catalog import load_taxonomy
-from pipeline.timeline.periods import PeriodWindow, period_windows
+from pipeline.checks.stance import stance_problem
+from pipeline.catalog import load_taxonomy
+from pipeline.s2_timeline.periods import PeriodWindow, period_windows
 from schemas.config import RunConfig
 from schemas.drafts import BeatKind
 from schemas.ids import stable_id

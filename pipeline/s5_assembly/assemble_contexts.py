@@ -24,8 +24,8 @@ from functools import lru_cache
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from pipeline.dataset.budget import count_sessions, date_text, message_tokens, profile_text
-from pipeline.dataset.fit import (
+from pipeline.s5_assembly.budget import count_sessions, date_text, message_tokens, profile_text
+from pipeline.s5_assembly.fit import (
     fill_floor,
     fill_tokens,
     fits,

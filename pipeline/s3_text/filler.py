@@ -1,6 +1,6 @@
 """The filler pool: persona-neutral sessions used to reach token budgets.
 
-By default they are real conversations (ShareGPT, :mod:`pipeline.text.sharegpt`), picked in a seeded order
+By default they are real conversations (ShareGPT, :mod:`pipeline.s3_text.sharegpt`), picked in a seeded order
 and conflict-filtered against every persona item, with no model call; ``filler.source: llm`` has the
 model write them on seeded everyday subjects instead.
 """
@@ -15,12 +15,12 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
-from pipeline.dataset.budget import with_token_counts
+from pipeline.s5_assembly.budget import with_token_counts
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
 from pipeline.specs import FILLER
-from pipeline.text.beats import content_words, mentioned
-from pipeline.text.sharegpt import DATASET, SOURCE, TERMS, Conversation, sharegpt_pool
+from pipeline.s3_text.beats import content_words, mentioned
+from pipeline.s3_text.sharegpt import DATASET, SOURCE, TERMS, Conversation, sharegpt_pool
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn
 from schemas.drafts import FillerContext, small_talk_draft
@@ -131,7 +131,7 @@ def filler_sources(sessions: list[SessionWithTurns]) -> dict:
 def filter_filler(pool: list[SessionWithTurns], items: set[str]) -> tuple[list[SessionWithTurns], int]:
     """Drop filler sessions that mention any of the dataset's preference items; returns (kept, dropped).
 
-    "Mention" is :func:`pipeline.text.beats.mentioned` over the whole session (a substring inside a longer
+    "Mention" is :func:`pipeline.s3_text.beats.mentioned` over the whole session (a substring inside a longer
     word does not count for items with content words). An inverted index from words to
     sessions keeps this fast when thousands of items meet hundreds of sessions.
     """

@@ -35,7 +35,7 @@ from sklearn.linear_model import SGDClassifier
 from threadpoolctl import threadpool_limits
 
 from pipeline.baselines import content_words, wilson
-from pipeline.evaluation.relational import crossed, relational_matrix
+from pipeline.s4_queries.relational import crossed, relational_matrix
 from schemas.query import Query
 
 N_FEATURES = 2**15
