@@ -19,9 +19,9 @@ if str(ROOT) not in sys.path:
 
 from pipeline.config import load_config  # noqa: E402
 from pipeline.dataset import load, publish  # noqa: E402
+from pipeline.run.plan import build_plan  # noqa: E402
 from pipeline.s5_assembly.assemble_contexts import Assembly, assemble_all  # noqa: E402
 from pipeline.s5_assembly.budget import profile_text  # noqa: E402
-from pipeline.run.plan import build_plan  # noqa: E402
 from pipeline.tokens import encoding  # noqa: E402
 from schemas.context import AssemblySettings  # noqa: E402
 from schemas.manifest import PublishInfo  # noqa: E402

@@ -16,10 +16,10 @@ from statistics import median
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from pipeline.config import load_config  # noqa: E402
-from pipeline.s4_queries.generate_queries import generate_queries  # noqa: E402
 from pipeline.llm import LLM  # noqa: E402
 from pipeline.run.persona_text import build_persona_text  # noqa: E402
 from pipeline.s1_personas.sample_personas import sample_personas  # noqa: E402
+from pipeline.s4_queries.generate_queries import generate_queries  # noqa: E402
 from schemas.llm import LLMSettings  # noqa: E402
 
 N = int(os.environ.get("BENCH_DENSITY_N", "2"))

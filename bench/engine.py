@@ -29,12 +29,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from pipeline.config import load_config  # noqa: E402
-from pipeline.s4_queries.generate_queries import generate_queries  # noqa: E402
 from pipeline.llm import LLM  # noqa: E402
 from pipeline.llm.backends import BackendRequest  # noqa: E402
 from pipeline.llm.local import LocalBackend, default_model_path  # noqa: E402
 from pipeline.run.persona_text import build_persona_text  # noqa: E402
 from pipeline.s1_personas.sample_personas import sample_personas  # noqa: E402
+from pipeline.s4_queries.generate_queries import generate_queries  # noqa: E402
 from schemas.llm import LLMSettings  # noqa: E402
 
 WIDTHS = "1,4,8,16"

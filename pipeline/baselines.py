@@ -8,22 +8,10 @@ expected accuracy of breaking ties at random.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Sequence
 
+from pipeline.words import keywords
 from schemas.query import Query
-
-STOPWORDS = frozenset(
-    "a an and are as at be been but by can could did do does for from had has have he her him his how i "
-    "if in into is it its just me my no not of on or our she so some than that the their them then there "
-    "these they this to too us was we were what when where which who why will with would you your".split()
-)
-_TOKEN = re.compile(r"[a-z0-9]+")
-
-
-def content_words(text: str) -> set[str]:
-    """Lowercase alphanumeric tokens minus stopwords."""
-    return {w for w in _TOKEN.findall(text.lower()) if w not in STOPWORDS}
 
 
 def expected_hit(scores: Sequence[float], correct: int) -> float:
@@ -48,8 +36,8 @@ def lexical_overlap_accuracy(queries: Sequence[Query]) -> float:
     """Accuracy of answering with the option sharing the most content words with the question."""
 
     def score(q: Query) -> list[float]:
-        words = content_words(q.question)
-        return [len(words & content_words(o.text)) for o in q.options]
+        words = keywords(q.question)
+        return [len(words & keywords(o.text)) for o in q.options]
 
     return _accuracy(queries, score)
 

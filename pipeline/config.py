@@ -7,8 +7,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from pipeline.errors import first_validation_error
 from pipeline.catalog import DataFileError, load_yaml_model
+from pipeline.errors import first_validation_error
 from schemas.config import RunConfig
 
 PROFILE_DIR = Path(__file__).parent / "config"

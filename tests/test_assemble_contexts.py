@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline.dataset.export_longmemeval import lme_date
 from pipeline.s5_assembly import assemble_contexts as assemble_module
 from pipeline.s5_assembly import budget as budget_module
 from pipeline.s5_assembly import fit
 from pipeline.s5_assembly.assemble_contexts import AssemblyError, assemble_all, context_messages, slot_dates
 from pipeline.s5_assembly.budget import MESSAGE_OVERHEAD, message_tokens, message_tokens_many
-from pipeline.dataset.export_longmemeval import lme_date
 from pipeline.tokens import count_tokens
 from schemas.context import AssemblySettings
 from schemas.query import Evidence

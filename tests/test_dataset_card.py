@@ -7,9 +7,10 @@ from datetime import datetime
 import pytest
 import yaml
 
-from pipeline.baselines import content_words, lexical_overlap_accuracy, longest_option_accuracy
+from pipeline.baselines import lexical_overlap_accuracy, longest_option_accuracy
 from pipeline.dataset import publish
 from pipeline.s5_assembly.assemble_contexts import assemble_all
+from pipeline.words import keywords
 from schemas.manifest import PublishInfo
 from schemas.query import Option, Query
 from schemas.tables import TABLES
@@ -32,7 +33,7 @@ def test_longest_option_baseline_counts_ties_fractionally():
 
 
 def test_lexical_overlap_baseline_uses_content_words_only():
-    assert content_words("The Jazz, and the RIVER-walks!") == {"jazz", "river", "walks"}
+    assert keywords("The Jazz, and the RIVER-walks!") == {"jazz", "river", "walks"}
     q = _query(["quiet jazz evenings", "loud rock concerts", "the and of"], 0, question="Any jazz ideas for my evenings?")
     assert lexical_overlap_accuracy([q]) == 1.0
     stop_only = _query(["the and of", "jazz", "rock"], 0, question="The and of jazz?")

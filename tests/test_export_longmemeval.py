@@ -19,7 +19,6 @@ from typer.testing import CliRunner
 
 from pipeline.cli.app import app
 from pipeline.dataset import load
-from pipeline.s5_assembly import fit
 from pipeline.dataset.export_longmemeval import (
     ENTRY_KEYS,
     haystack,
@@ -27,6 +26,7 @@ from pipeline.dataset.export_longmemeval import (
     longmemeval_entries,
     longmemeval_entry,
 )
+from pipeline.s5_assembly import fit
 from pipeline.tokens import count_tokens
 from schemas.query import Evidence
 from tests.support.harness import lme_history, lme_prompt

@@ -12,7 +12,6 @@ from typer.testing import CliRunner
 
 from pipeline.cli.app import app
 from pipeline.dataset import load, publish
-from pipeline.s5_assembly.assemble_contexts import assemble_all
 from pipeline.dataset.export import (
     QUESTION_COLUMNS,
     RELEASED_COLUMNS,
@@ -21,6 +20,7 @@ from pipeline.dataset.export import (
     size_label,
     size_labels,
 )
+from pipeline.s5_assembly.assemble_contexts import assemble_all
 from schemas.manifest import PublishInfo
 from schemas.tables import TABLES
 from tests.support.factories import make_bundle, tiny_config

@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 
 from pipeline.cli.app import app
 from pipeline.dataset import load
-from pipeline.s5_assembly import fit
 from pipeline.dataset.export import RELEASED_COLUMNS, option_strings
+from pipeline.s5_assembly import fit
 from tests.conftest import REPO
 from tests.support.harness import fold_system, personamem_request, request_tokens
 from tests.support.openai_server import OpenAIServer

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.catalog import load_taxonomy
+from pipeline.checks.stance import expressed, stance_problem
 from pipeline.config import load_config
-from pipeline.s4_queries.probe import run_probe
-from pipeline.s4_queries.generate_queries import generate_queries
 from pipeline.llm import LLM
+from pipeline.run.persona_text import build_persona_text
+from pipeline.s1_personas.sample_personas import sample_personas
+from pipeline.s3_text.beats import Beat, beat_problem, fallback_exchange
 from pipeline.s4_queries.facts import Facts
 from pipeline.s4_queries.filtering import ProbeFailed, filter_queries
 from pipeline.s4_queries.gates import OUTDATED_TYPES, structural_problems
+from pipeline.s4_queries.generate_queries import generate_queries
 from pipeline.s4_queries.plan import persona_facts
-from pipeline.run.persona_text import build_persona_text
-from pipeline.s3_text.beats import Beat, beat_problem, fallback_exchange
-from pipeline.checks.stance import expressed, stance_problem
-from pipeline.catalog import load_taxonomy
-from pipeline.s1_personas.sample_personas import sample_personas
+from pipeline.s4_queries.probe import run_probe
 from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings
 from schemas.query import Evidence, Option, Query

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from pipeline.s1_personas.expand_persona import clean_items
 from pipeline.checks.quality import text_problem
+from pipeline.s1_personas.expand_persona import clean_items
 from pipeline.s3_text.write_sessions import unreadable
 
 ALLOWED = ["Piotr", "Gdansk", "pharmacist", "spicy Sichuan hotpot"]

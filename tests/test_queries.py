@@ -15,10 +15,13 @@ from typer.testing import CliRunner
 
 import pipeline.s4_queries.generate_queries as gq
 from pipeline.baselines import baseline_report, lexical_overlap_accuracy, longest_option_accuracy
+from pipeline.catalog import load_catalog, load_taxonomy
 from pipeline.cli.app import app
 from pipeline.config import load_config
-from pipeline.s4_queries.generate_queries import QueryStats, generate_queries
 from pipeline.llm import LLM
+from pipeline.rng import derive_rng
+from pipeline.run.persona_text import build_persona_text
+from pipeline.s1_personas.sample_personas import sample_personas
 from pipeline.s4_queries.gates import (
     OUTDATED_TYPES,
     code_wording,
@@ -27,12 +30,9 @@ from pipeline.s4_queries.gates import (
     structural_problems,
     wording_problem,
 )
+from pipeline.s4_queries.generate_queries import QueryStats, generate_queries
 from pipeline.s4_queries.plan import balanced_positions, persona_facts, plan_queries
 from pipeline.s4_queries.types import DEFAULT_SITUATIONS, SITUATIONS, chain_set
-from pipeline.rng import derive_rng
-from pipeline.run.persona_text import build_persona_text
-from pipeline.catalog import load_catalog, load_taxonomy
-from pipeline.s1_personas.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings
 from schemas.query import QUERY_TYPES, Evidence

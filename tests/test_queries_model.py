@@ -6,13 +6,13 @@ from __future__ import annotations
 import pytest
 
 from pipeline.config import load_config
-from pipeline.s4_queries.generate_queries import generate_queries
 from pipeline.llm import LLM
-from pipeline.s4_queries.gates import structural_problems, wording_problem
-from pipeline.s4_queries.plan import persona_facts, plan_queries
 from pipeline.rng import derive_rng
 from pipeline.run.persona_text import build_persona_text
 from pipeline.s1_personas.sample_personas import sample_personas
+from pipeline.s4_queries.gates import structural_problems, wording_problem
+from pipeline.s4_queries.generate_queries import generate_queries
+from pipeline.s4_queries.plan import persona_facts, plan_queries
 from schemas.llm import LLMSettings
 
 

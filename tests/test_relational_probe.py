@@ -10,9 +10,9 @@ import pytest
 
 from pipeline.baselines import wilson
 from pipeline.config import load_config
+from pipeline.s4_queries.filtering import ProbeFailed, _targets, filter_queries
 from pipeline.s4_queries.probe import LINEAR, OPTION_ONLY, TREES, ProbeResult, judge, run_probes
 from pipeline.s4_queries.relational import query_rows
-from pipeline.s4_queries.filtering import ProbeFailed, _targets, filter_queries
 from schemas.query import Evidence, Option, Query
 
 VOCAB = [f"{a}{b}" for a in "bcdfghklmnprstvz" for b in ("ara", "elo", "imu", "ond", "usk", "ea")]

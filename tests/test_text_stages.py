@@ -10,11 +10,11 @@ import pytest
 from pipeline.config import load_config
 from pipeline.llm import LLM
 from pipeline.run.persona_text import build_persona_text
-from pipeline.s3_text.beats import Beat, beat_problem, fallback_exchange, mentions, plan_sessions, topic_label
 from pipeline.s1_personas.expand_persona import clean_items, profile_problem
+from pipeline.s1_personas.sample_personas import sample_personas
+from pipeline.s3_text.beats import Beat, beat_problem, fallback_exchange, mentions, plan_sessions, topic_label
 from pipeline.s3_text.filler import filter_filler, write_filler_pool
 from pipeline.s3_text.narrate_events import apply_narrations, effects_of
-from pipeline.s1_personas.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.drafts import ProfileDraft, narration_draft
 from schemas.ids import parse_version_key

@@ -7,11 +7,11 @@ import networkx as nx
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from pipeline.rng import derive_rng
 from pipeline.catalog import catalog_inventory, item_fit, load_catalog, load_taxonomy
 from pipeline.life_state import replay
-from pipeline.s2_timeline.periods import period_windows
+from pipeline.rng import derive_rng
 from pipeline.s1_personas.sample_personas import persona_from_seed, sample_builtin_seed
+from pipeline.s2_timeline.periods import period_windows
 from pipeline.s2_timeline.simulate_timeline import simulate_timeline
 from schemas.config import DEFAULT_TOPICS, Period, RunConfig, TimelineSettings
 

@@ -122,8 +122,8 @@ def test_a_change_against_its_effect_direction_is_rejected():
 
 
 def test_the_validator_replays_life_states_and_checks_effects():
-    from pipeline.dataset.validate import validate_tables
     from pipeline.catalog import load_taxonomy
+    from pipeline.dataset.validate import validate_tables
     from pipeline.s1_personas.sample_personas import persona_from_seed, sample_builtin_seed
 
     seeds = (sample_builtin_seed(i, run_seed=1, taxonomy=load_taxonomy()) for i in range(200))
@@ -156,8 +156,8 @@ def test_the_validator_replays_life_states_and_checks_effects():
 
 
 def test_the_validator_rejects_an_update_of_an_item_its_event_does_not_name():
-    from pipeline.dataset.validate import validate_tables
     from pipeline.catalog import load_catalog, load_taxonomy
+    from pipeline.dataset.validate import validate_tables
     from pipeline.s1_personas.sample_personas import persona_from_seed, sample_builtin_seed
 
     tax, facets = load_taxonomy(), load_catalog().item_facets()

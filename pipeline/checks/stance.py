@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from pipeline.words import content_words, mentioned
+
 LIKE = (r"can'?t get enough of", r"(?:am|i'm|really|still|now) into", r"fond of", r"keen on", r"fan of",
         r"drawn to", r"hooked on", r"my thing", r"crazy about", r"passionate about", r"come to (?:enjoy|love|like|appreciate)", r"lov(?:e|es|ing)", r"enjoy(?:s|ing)?",
         r"ador(?:e|es|ing)", r"(?:i|really|also|still|genuinely|do|actually|now|we) like", r"likes",
@@ -24,14 +26,12 @@ _NEGATION = re.compile(r"\b(?:not|never|no longer|stopped|quit|barely|hardly|don
 _PAST = re.compile(r"\bused to\W+(?:\w+\W+){0,2}$")
 _CLAUSE = re.compile(r"[.!?;]+|\bbut\b|\bhowever\b|\bthough\b|\bwhereas\b")
 OPPOSITE = {"like": "dislike", "dislike": "like"}
-_WORD = re.compile(r"[a-z0-9]+")
 
 
 def names(text: str, item: str) -> bool:
-    """``item``, or two thirds of its longer words, in ``text`` (the rule of pipeline.s3_text.beats.mentions)."""
-    words = {w for w in _WORD.findall(item.casefold()) if len(w) > 3}
-    found = {w for w in _WORD.findall(text) if len(w) > 3}
-    return item.casefold() in text or (bool(words) and len(words & found) * 3 >= len(words) * 2)
+    """``item``, or two thirds of its longer words, in the normalised ``text`` (:func:`pipeline.words.mentions`)."""
+    folded = item.casefold()
+    return mentioned(text, content_words(text), folded, content_words(folded))
 
 
 def _normal(text: str) -> str:

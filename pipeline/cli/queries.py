@@ -15,8 +15,8 @@ from pipeline.baselines import baseline_report
 from pipeline.cli.common import console, fail
 from pipeline.config import load_config
 from pipeline.errors import UserError
-from pipeline.s4_queries.generate_queries import QueryStats, gate_report, generate_queries
 from pipeline.llm import LLM, LLMError
+from pipeline.s4_queries.generate_queries import QueryStats, gate_report, generate_queries
 from schemas.config import RunConfig
 from schemas.llm import LLMSettings
 from schemas.query import Query
@@ -58,8 +58,8 @@ def run_queries(config: RunConfig, *, llm: str | None, judge: str | None, cache:
     from pipeline.dataset import write_tables
     from pipeline.run.persona_text import build_persona_text
     from pipeline.run.text import text_tables
-    from pipeline.s3_text.filler import filter_filler, write_filler_pool
     from pipeline.s1_personas.sample_personas import sample_personas
+    from pipeline.s3_text.filler import filter_filler, write_filler_pool
 
     gateway = _gateway(llm, cache)
     judge_gateway = _gateway(judge, cache) if judge else None

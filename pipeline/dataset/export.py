@@ -20,11 +20,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from pipeline.s5_assembly import fit
 from pipeline.dataset.files import check_export_file, export_folder, write_csv, write_jsonl, write_text
-from pipeline.s5_assembly.fit import letter
 from pipeline.dataset.reading import Dataset
 from pipeline.errors import UserError
+from pipeline.s5_assembly import fit
+from pipeline.s5_assembly.fit import letter
 from schemas.context import Context, Placement
 from schemas.ids import parse_version_key
 from schemas.query import Query

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from pipeline.s5_assembly.assemble_contexts import slot_dates
 from pipeline.dataset.export import (
     ExportedFile,
     check_budget,
@@ -33,9 +32,10 @@ from pipeline.dataset.export import (
     size_labels,
 )
 from pipeline.dataset.files import export_folder, write_json_list, write_text
-from pipeline.s5_assembly.fit import lme_history_cap
 from pipeline.dataset.lme_questions import assistant_question, temporal_question
 from pipeline.dataset.reading import Dataset
+from pipeline.s5_assembly.assemble_contexts import slot_dates
+from pipeline.s5_assembly.fit import lme_history_cap
 from schemas.context import Context, Placement
 from schemas.conversation import SessionWithTurns
 from schemas.query import Query

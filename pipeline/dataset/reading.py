@@ -9,7 +9,6 @@ from typing import Any
 import pyarrow as pa
 from pydantic import BaseModel, Field, PrivateAttr, ValidationError
 
-from pipeline.s5_assembly.assemble_contexts import context_messages
 from pipeline.dataset.store import (
     LATEST,
     DamagedDataset,
@@ -19,6 +18,7 @@ from pipeline.dataset.store import (
     read_table,
 )
 from pipeline.errors import first_validation_error
+from pipeline.s5_assembly.assemble_contexts import context_messages
 from schemas.context import ChatMessage, Context, Placement
 from schemas.conversation import Session, SessionWithTurns, Turn
 from schemas.manifest import Manifest

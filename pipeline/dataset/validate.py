@@ -8,6 +8,8 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
+from pipeline.catalog import load_catalog, load_taxonomy
+from pipeline.life_state import replay
 from pipeline.s5_assembly.assemble_contexts import layout, place_query, turn_prefix
 from pipeline.s5_assembly.budget import message_tokens, profile_text
 from pipeline.s5_assembly.fit import (
@@ -19,8 +21,6 @@ from pipeline.s5_assembly.fit import (
     pm_ask_tokens,
     pm_history_cap,
 )
-from pipeline.catalog import load_catalog, load_taxonomy
-from pipeline.life_state import replay
 from schemas.context import Context, Placement
 from schemas.conversation import Session, Turn
 from schemas.manifest import ValidationReport

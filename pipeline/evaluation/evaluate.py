@@ -25,7 +25,6 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeline.dataset import Dataset, eval_folder, load, write_eval
-from pipeline.s5_assembly.budget import message_tokens
 from pipeline.errors import UserError
 from pipeline.evaluation.answer_parse import letters, parse_answer
 from pipeline.evaluation.history import (
@@ -53,6 +52,7 @@ from pipeline.evaluation.summary import (
 )
 from pipeline.llm import LLM, CallFailed
 from pipeline.llm.errors import PromptTooLong
+from pipeline.s5_assembly.budget import message_tokens
 from schemas.context import ChatMessage, Placement
 from schemas.query import Query
 

@@ -23,9 +23,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.dataset import Dataset
+from pipeline.evaluation.retrieval import terms, top_k
 from pipeline.s5_assembly.assemble_contexts import layout
 from pipeline.s5_assembly.budget import message_tokens
-from pipeline.evaluation.retrieval import terms, top_k
 from schemas.context import ChatMessage, Placement
 from schemas.query import Query
 

@@ -4,24 +4,17 @@ library LongMemEval's retrieval uses).
 Both read only the history before the question. `rag` retrieves for the question text alone (never the
 options, the key or the evidence); the reader, which answers the multiple choice itself, also matches the
 options' text, never which one is right. Terms are lowercase alphanumeric words minus stopwords
-(pipeline.baselines.STOPWORDS).
+(pipeline.words.STOPWORDS).
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 from rank_bm25 import BM25Okapi
 
-from pipeline.baselines import STOPWORDS, content_words, expected_hit
-
-_TOKEN = re.compile(r"[a-z0-9]+")
-
-
-def terms(text: str) -> list[str]:
-    """The BM25 terms of ``text``, in order, repeats kept (term frequency counts)."""
-    return [w for w in _TOKEN.findall(text.lower()) if w not in STOPWORDS]
+from pipeline.baselines import expected_hit
+from pipeline.words import keywords, terms
 
 
 def scores(query: list[str], docs: Sequence[list[str]]) -> list[float]:
@@ -46,4 +39,4 @@ def reader_score(question: str, options: Sequence[str], correct: int, user_turns
         return 1 / len(options)
     query = terms(" ".join([question, *options]))
     turn = set(user_turns[top_k(query, user_turns, 1)[0]])
-    return expected_hit([len(turn & content_words(o)) for o in options], correct)
+    return expected_hit([len(turn & keywords(o)) for o in options], correct)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pyarrow as pa
 from pydantic import BaseModel
 
-from pipeline.baselines import content_words, expected_hit
+from pipeline.baselines import expected_hit
 from pipeline.dataset import Dataset, eval_folder, load, write_eval
 from pipeline.evaluation.evaluate import (
     EvalItem,
@@ -46,6 +46,7 @@ from pipeline.evaluation.summary import (
     render_suite,
 )
 from pipeline.llm import LLM
+from pipeline.words import keywords
 from schemas.query import QUERY_TYPES
 
 SUITE_MODES: tuple[Mode, ...] = ("no-context", "mcq", "oracle", "recent", "rag")
@@ -84,13 +85,13 @@ def references(ds: Dataset, items: list[EvalItem]) -> list[ReferenceRow]:
     for item in items:
         q = item.query
         texts = [o.text for o in q.options]
-        question = content_words(q.question)
+        question = keywords(q.question)
         turns = views.get(item.placement.context_id).user_terms(item.placement.end_index)
         out.append(ReferenceRow(
             persona_id=q.persona_id, query_id=q.query_id, context_id=item.placement.context_id, type=q.type,
             budget_tokens=item.budget_tokens, chance=1 / len(texts),
             longest_option=expected_hit([len(t) for t in texts], q.correct_index),
-            lexical_overlap=expected_hit([len(question & content_words(t)) for t in texts], q.correct_index),
+            lexical_overlap=expected_hit([len(question & keywords(t)) for t in texts], q.correct_index),
             retrieval_reader=reader_score(q.question, texts, q.correct_index, turns)))
     return out
 

@@ -8,9 +8,9 @@ import pyarrow as pa
 from rich.markup import escape
 from rich.tree import Tree
 
+from pipeline.catalog import load_catalog
 from pipeline.dataset import read_table
 from pipeline.errors import UserError
-from pipeline.catalog import load_catalog
 from schemas.persona import Persona
 from schemas.timeline import Event, Timeline
 

@@ -10,9 +10,9 @@ from pydantic import BaseModel
 from pipeline.errors import UserError
 from pipeline.llm import LLM, call_label
 from pipeline.run.plan import build_plan
-from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SESSION, SMALL_TALK
 from pipeline.s3_text.beats import plan_sessions
 from pipeline.s3_text.filler import filler_need
+from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SESSION, SMALL_TALK
 from schemas.config import RunConfig
 from schemas.drafts import exchange_draft, inventory_draft, small_talk_draft
 from schemas.query import QUERY_TYPES

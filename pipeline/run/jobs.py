@@ -11,19 +11,17 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.checks.quality import Origin, count
+from pipeline.checks.stance import stance_problem
 from pipeline.dataset import publish
-from pipeline.s5_assembly.assemble_contexts import assemble_all
 from pipeline.errors import UserError
-from pipeline.s4_queries.generate_queries import generate_queries
 from pipeline.llm import LLM
 from pipeline.llm.cache import LLMCache
 from pipeline.llm.factory import backend_name, resolve_backend_string
 from pipeline.prompting import PromptEnv
-from pipeline.s4_queries.filtering import filter_queries
 from pipeline.run.checkpoint import Checkpoints, FilteredQueries, PersonaResult, run_fingerprint
 from pipeline.run.estimate import OUTPUT_TOKENS
 from pipeline.run.persona_text import build_persona_text
-from pipeline.specs import ALL_SPECS
 from pipeline.s3_text.filler import (
     filler_need,
     filler_sources,
@@ -31,8 +29,10 @@ from pipeline.s3_text.filler import (
     sharegpt_filler,
     write_filler_pool,
 )
-from pipeline.checks.quality import Origin, count
-from pipeline.checks.stance import stance_problem
+from pipeline.s4_queries.filtering import filter_queries
+from pipeline.s4_queries.generate_queries import generate_queries
+from pipeline.s5_assembly.assemble_contexts import assemble_all
+from pipeline.specs import ALL_SPECS
 from schemas.config import RunConfig
 from schemas.conversation import SessionWithTurns
 from schemas.ids import digest

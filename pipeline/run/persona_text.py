@@ -7,9 +7,9 @@ from pydantic import BaseModel, Field
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
 from pipeline.s1_personas.expand_persona import expand_persona
+from pipeline.s2_timeline.simulate_timeline import simulate_timeline
 from pipeline.s3_text.narrate_events import narrate_events
 from pipeline.s3_text.write_sessions import SessionStats, write_sessions
-from pipeline.s2_timeline.simulate_timeline import simulate_timeline
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.conversation import SessionWithTurns

@@ -7,8 +7,8 @@ from collections import Counter
 import networkx as nx
 from pydantic import BaseModel
 
-from pipeline.rng import derive_rng
 from pipeline.catalog import catalog_inventory
+from pipeline.rng import derive_rng
 from pipeline.s1_personas.sample_personas import persona_from_seed, sample_personas
 from pipeline.s2_timeline.simulate_timeline import simulate_timeline
 from schemas.config import RunConfig

@@ -10,9 +10,9 @@ from rich.table import Table
 from pipeline.dataset import write_tables
 from pipeline.llm import LLM, LLMError
 from pipeline.run.persona_text import PersonaText, build_persona_text
+from pipeline.s1_personas.sample_personas import sample_personas
 from pipeline.s3_text.filler import filter_filler, write_filler_pool
 from pipeline.s3_text.write_sessions import SessionStats
-from pipeline.s1_personas.sample_personas import sample_personas
 from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
 from schemas.llm import LLMSettings

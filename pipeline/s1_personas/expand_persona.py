@@ -8,12 +8,12 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
+from pipeline.catalog import catalog_inventory, item_fit, load_catalog, turnable_items
+from pipeline.checks.quality import Origin, count, item_problem, text_problem
 from pipeline.llm import LLM, LLMError
 from pipeline.rng import derive_rng
-from pipeline.specs import INVENTORY, PROFILE
-from pipeline.checks.quality import Origin, count, item_problem, text_problem
-from pipeline.catalog import catalog_inventory, item_fit, load_catalog, turnable_items
 from pipeline.s1_personas.sample_personas import persona_from_seed
+from pipeline.specs import INVENTORY, PROFILE
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.drafts import InventoryContext, ProfileContext, ProfileDraft, inventory_draft

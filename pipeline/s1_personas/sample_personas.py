@@ -8,8 +8,8 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.rng import derive_rng, derive_seed
 from pipeline.catalog import DataFileError, load_taxonomy
+from pipeline.rng import derive_rng, derive_seed
 from schemas.catalog import Taxonomy, Weighted
 from schemas.config import PersonaSettings
 from schemas.ids import stable_id

@@ -8,10 +8,11 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.rng import derive_rng
-from pipeline.checks.stance import stance_problem
 from pipeline.catalog import load_taxonomy
+from pipeline.checks.stance import stance_problem
+from pipeline.rng import derive_rng
 from pipeline.s2_timeline.periods import PeriodWindow, period_windows
+from pipeline.words import mentions
 from schemas.config import RunConfig
 from schemas.drafts import BeatKind
 from schemas.ids import stable_id
@@ -118,22 +119,7 @@ def _update_beat(update: Event, life: Event, versions: dict[str, PreferenceVersi
 
 
 # -- checks and code-written fallbacks ------------------------------------------------------------------
-_WORD = re.compile(r"[a-z0-9]+")
 _STALE = re.compile(r"\bused to (like|love|enjoy|hate|dislike)\b", re.IGNORECASE)
-
-
-def content_words(text: str) -> set[str]:
-    return {w for w in _WORD.findall(text.lower()) if len(w) > 3}
-
-
-def mentions(text: str, item: str) -> bool:
-    """The item, or at least two thirds of its content words, appear in ``text``."""
-    return mentioned(text.casefold(), content_words(text), item.casefold(), content_words(item))
-
-
-def mentioned(text: str, text_words: set[str], item: str, item_words: set[str]) -> bool:
-    """:func:`mentions` on casefolded strings with their word sets precomputed (for hot loops)."""
-    return item in text or (bool(item_words) and len(item_words & text_words) * 3 >= len(item_words) * 2)
 
 
 def beat_problem(beat: Beat, user: str, assistant: str, *, unvoiced: list[str], max_tokens: int, count) -> str | None:
@@ -174,10 +160,3 @@ def fallback_exchange(beat: Beat, topic_label: str) -> tuple[str, str]:
                 tries[-1])
     assistant = f"Thank you for telling me. I'll keep that in mind when we talk about {topic_label}."
     return user, assistant
-
-
-def topic_label(topic: str) -> str:
-    """``foodRecommendation`` -> ``food``; ``legalConsultation`` -> ``legal questions``."""
-    base = re.sub(r"(Recommendation|Consultation)$", "", topic)
-    words = re.sub(r"(?<!^)([A-Z])", r" \1", base).lower()
-    return f"{words} questions" if topic.endswith("Consultation") else words

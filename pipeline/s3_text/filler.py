@@ -15,12 +15,12 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
-from pipeline.s5_assembly.budget import with_token_counts
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
-from pipeline.specs import FILLER
-from pipeline.s3_text.beats import content_words, mentioned
 from pipeline.s3_text.sharegpt import DATASET, SOURCE, TERMS, Conversation, sharegpt_pool
+from pipeline.s5_assembly.budget import with_token_counts
+from pipeline.specs import FILLER
+from pipeline.words import content_words, mentioned
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn
 from schemas.drafts import FillerContext, small_talk_draft

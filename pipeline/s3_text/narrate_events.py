@@ -7,12 +7,12 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
+from pipeline.catalog import load_catalog, load_taxonomy
+from pipeline.checks.quality import Origin, count, text_problem
+from pipeline.life_state import gist, names
 from pipeline.llm import LLM
 from pipeline.specs import NARRATION
-from pipeline.s3_text.beats import mentions
-from pipeline.checks.quality import Origin, count, text_problem
-from pipeline.catalog import load_catalog, load_taxonomy
-from pipeline.life_state import gist, names
+from pipeline.words import mentions
 from schemas.config import RunConfig
 from schemas.drafts import EffectView, NarrationContext, narration_draft
 from schemas.persona import Persona

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from pipeline.llm import LLM
-from pipeline.specs import TURN_ASSISTANT, TURN_USER
-from pipeline.s3_text.beats import Beat
 from pipeline.checks.quality import Origin, count, text_problem, words
+from pipeline.llm import LLM
+from pipeline.s3_text.beats import Beat
+from pipeline.specs import TURN_ASSISTANT, TURN_USER
 from schemas.config import RunConfig
 from schemas.turn_drafts import AssistantTurnContext, UserTurnContext, assistant_turn_draft, user_turn_draft
 

@@ -6,20 +6,17 @@ from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
-from pipeline.s5_assembly.budget import with_token_counts
+from pipeline.catalog import load_catalog
+from pipeline.checks.quality import Origin
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
-from pipeline.specs import BEAT, SESSION, SMALL_TALK
 from pipeline.s3_text.beats import (
     Beat,
     SessionPlan,
     beat_problem,
     fallback_exchange,
-    mentions,
     plan_sessions,
-    topic_label,
 )
-from pipeline.checks.quality import Origin
 from pipeline.s3_text.turn_mode import (
     Exchange,
     TurnAsk,
@@ -33,8 +30,10 @@ from pipeline.s3_text.turn_mode import (
     write_turns,
 )
 from pipeline.s3_text.turn_mode import clean as _clean
-from pipeline.catalog import load_catalog
+from pipeline.s5_assembly.budget import with_token_counts
+from pipeline.specs import BEAT, SESSION, SMALL_TALK
 from pipeline.tokens import count_tokens
+from pipeline.words import mentions, topic_label
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn
 from schemas.drafts import (

@@ -18,7 +18,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 
-from pipeline.baselines import STOPWORDS
+from pipeline.words import STOPWORDS
 from schemas.ids import stable_id
 from schemas.query import Query
 

@@ -10,9 +10,9 @@ from datetime import datetime, timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.s4_queries.sources import Pools
 from pipeline.rng import derive_rng
-from pipeline.s3_text.beats import content_words, mentioned
+from pipeline.s4_queries.sources import Pools
+from pipeline.words import content_words, mentioned
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
 from schemas.timeline import Event, PreferenceVersion, Timeline

@@ -14,12 +14,12 @@ from collections import Counter
 from pydantic import BaseModel, Field
 
 from pipeline.errors import UserError
-from pipeline.s4_queries.probe import Finding, ProbeResult, judge, run_probes
+from pipeline.rng import derive_rng
 from pipeline.s4_queries.balance import balance
 from pipeline.s4_queries.facts import Facts
 from pipeline.s4_queries.gates import code_wording, structural_problems
 from pipeline.s4_queries.plan import persona_facts, redraw
-from pipeline.rng import derive_rng
+from pipeline.s4_queries.probe import Finding, ProbeResult, judge, run_probes
 from schemas.config import RunConfig
 from schemas.query import Query
 

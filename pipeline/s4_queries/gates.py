@@ -14,14 +14,13 @@ import re
 import statistics
 from dataclasses import replace
 
-from pipeline.baselines import content_words
+from pipeline.checks.quality import text_problem
 from pipeline.llm import LLM, LLMError
 from pipeline.s4_queries.facts import Facts
 from pipeline.s4_queries.plan import QueryPlan
 from pipeline.specs import QUERY_JUDGE
-from pipeline.s3_text.beats import mentions
-from pipeline.checks.quality import text_problem
 from pipeline.tokens import count_tokens
+from pipeline.words import keywords, mentions
 from schemas.config import QuerySettings
 from schemas.query import ABSENT, Query
 from schemas.query_drafts import JudgeContext, judge_draft, pad_to
@@ -46,8 +45,8 @@ def length_problem(texts: list[str], tolerance: float) -> str | None:
 
 def overlap_problem(question: str, texts: list[str], correct: int) -> str | None:
     """The correct option must not be the single one sharing the most content words with the question."""
-    words = content_words(question)
-    shared = [len(words & content_words(t)) for t in texts]
+    words = keywords(question)
+    shared = [len(words & keywords(t)) for t in texts]
     best = max(shared)
     if shared[correct] == best and shared.count(best) == 1 and best > 0:
         return f"the correct option alone shares the most words with the question ({shared})"
@@ -56,9 +55,9 @@ def overlap_problem(question: str, texts: list[str], correct: int) -> str | None
 
 def copied_option(question: str, texts: list[str]) -> int | None:
     """1-based number of an option the question mostly repeats (half its content words or more), or None."""
-    words = content_words(question)
+    words = keywords(question)
     for i, text in enumerate(texts, start=1):
-        option = content_words(text)
+        option = keywords(text)
         if option and len(words & option) * 2 >= len(option):
             return i
     return None

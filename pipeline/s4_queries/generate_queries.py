@@ -11,12 +11,12 @@ from dataclasses import replace
 from pydantic import BaseModel, Field
 
 from pipeline.llm import LLM
+from pipeline.rng import derive_rng
 from pipeline.s4_queries.facts import Facts
 from pipeline.s4_queries.gates import GATES, code_wording, judge_hits, structural_problems, wording_problem
 from pipeline.s4_queries.plan import QueryPlan, persona_facts, plan_queries
-from pipeline.rng import derive_rng
 from pipeline.specs import QUERY
-from pipeline.s3_text.beats import topic_label
+from pipeline.words import topic_label
 from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig
 from schemas.conversation import SessionWithTurns

@@ -10,11 +10,10 @@ from datetime import datetime
 
 from pydantic import BaseModel
 
-from pipeline.baselines import content_words
 from pipeline.s4_queries.facts import Facts, TurnRef
 from pipeline.s4_queries.sources import Pools, shadow_timelines
 from pipeline.s4_queries.types import BUILDERS, FORGETFUL_TYPES, FORGETFUL_WEIGHT, VARIANTS, Built, OptionPlan
-from pipeline.s3_text.beats import topic_label
+from pipeline.words import keywords, topic_label
 from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig
 from schemas.conversation import SessionWithTurns
@@ -209,7 +208,7 @@ def _anchored(facts: Facts, qtype: str, topic: str, focal: str, rng: random.Rand
 def _plan(facts: Facts, qtype, topic, focal, built: Built, as_of: datetime, anchor: tuple[str, int] | None,
           refs: list[TurnRef]) -> QueryPlan:
     label = topic_label(topic)
-    clash = content_words(label) & set().union(*(content_words(o.text) for o in built.options))
+    clash = keywords(label) & set().union(*(keywords(o.text) for o in built.options))
     return QueryPlan(
         query_id=stable_id("qry", facts.persona.persona_id, qtype, topic, focal),
         persona_id=facts.persona.persona_id, type=qtype, topic=topic, as_of=as_of,

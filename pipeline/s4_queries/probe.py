@@ -34,8 +34,9 @@ from sklearn.feature_extraction.text import HashingVectorizer
 from sklearn.linear_model import SGDClassifier
 from threadpoolctl import threadpool_limits
 
-from pipeline.baselines import content_words, wilson
+from pipeline.baselines import wilson
 from pipeline.s4_queries.relational import crossed, relational_matrix
+from pipeline.words import keywords
 from schemas.query import Query
 
 N_FEATURES = 2**15
@@ -123,9 +124,9 @@ def length_features(query) -> list[list[float]]:
     """Per option: length relative to the query's mean, longest, shortest, words shared with the question."""
     lengths = [len(o.text.split()) for o in query.options]
     mean = sum(lengths) / len(lengths) or 1.0
-    asked = content_words(query.question)
+    asked = keywords(query.question)
     return [[n / mean - 1.0, float(n == max(lengths)), float(n == min(lengths)),
-             float(len(asked & content_words(o.text)))] for n, o in zip(lengths, query.options, strict=True)]
+             float(len(asked & keywords(o.text)))] for n, o in zip(lengths, query.options, strict=True)]
 
 
 def _key(q) -> tuple:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy.sparse import csr_matrix, hstack
 
-from pipeline.baselines import STOPWORDS
+from pipeline.words import STOPWORDS
 
 _TOKEN = re.compile(r"[a-z0-9']+")
 _CLAUSE = re.compile(r"[,.;:!?]+|\b(?:because|since|after|then|but|so|while|though)\b")

@@ -12,11 +12,11 @@ import random
 from dataclasses import dataclass, field
 from functools import cache
 
-from pipeline.rng import derive_rng, derive_seed
-from pipeline.s3_text.beats import mentions
 from pipeline.catalog import catalog_inventory, load_catalog, load_taxonomy
+from pipeline.rng import derive_rng, derive_seed
 from pipeline.s1_personas.sample_personas import persona_from_seed, sample_builtin_seed
 from pipeline.s2_timeline.simulate_timeline import simulate_timeline
+from pipeline.words import mentions
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.persona import Persona

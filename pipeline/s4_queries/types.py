@@ -24,7 +24,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from pipeline.s4_queries.facts import Facts
-from pipeline.s3_text.beats import topic_label
+from pipeline.words import topic_label
 from schemas.query import ABSENT, OptionRole
 from schemas.timeline import PreferenceVersion
 

@@ -24,6 +24,8 @@ from functools import lru_cache
 
 from pydantic import BaseModel, Field, PrivateAttr
 
+from pipeline.errors import UserError
+from pipeline.rng import derive_rng
 from pipeline.s5_assembly.budget import count_sessions, date_text, message_tokens, profile_text
 from pipeline.s5_assembly.fit import (
     fill_floor,
@@ -34,8 +36,6 @@ from pipeline.s5_assembly.fit import (
     pm_ask_tokens,
     pm_history_cap,
 )
-from pipeline.errors import UserError
-from pipeline.rng import derive_rng
 from schemas.context import AssemblySettings, ChatMessage, Context, Ordering, Placement, ProfileMode
 from schemas.conversation import Session, SessionWithTurns, Turn
 from schemas.ids import stable_id

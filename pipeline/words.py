@@ -1,0 +1,53 @@
+"""Word helpers every stage shares: one tokenizer, content words, whether a text mentions an item, topic labels.
+
+Two word sets serve two purposes: ``content_words`` (4+ letters) decides whether a text *mentions* an item;
+``keywords`` (every token but function words) is what the lexical baselines and BM25 compare.
+"""
+
+from __future__ import annotations
+
+import re
+
+TOKEN = re.compile(r"[a-z0-9]+")
+STOPWORDS = frozenset(
+    "a an and are as at be been but by can could did do does for from had has have he her him his how i "
+    "if in into is it its just me my no not of on or our she so some than that the their them then there "
+    "these they this to too us was we were what when where which who why will with would you your".split()
+)
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-case alphanumeric tokens of ``text``, in order, repeats kept."""
+    return TOKEN.findall(text.lower())
+
+
+def content_words(text: str) -> set[str]:
+    """The tokens of 4+ characters: what :func:`mentions` compares."""
+    return {w for w in tokens(text) if len(w) > 3}
+
+
+def terms(text: str) -> list[str]:
+    """The tokens that are not function words, in order, repeats kept (BM25's terms)."""
+    return [w for w in tokens(text) if w not in STOPWORDS]
+
+
+def keywords(text: str) -> set[str]:
+    """The set of :func:`terms`: what the lexical-overlap baselines compare."""
+    return set(terms(text))
+
+
+def mentions(text: str, item: str) -> bool:
+    """The item, or at least two thirds of its content words, appear in ``text``."""
+    return mentioned(text.casefold(), content_words(text), item.casefold(), content_words(item))
+
+
+def mentioned(text: str, text_words: set[str], item: str, item_words: set[str]) -> bool:
+    """:func:`mentions` on casefolded strings with their word sets precomputed (for hot loops)."""
+    return item in text or (bool(item_words) and len(item_words & text_words) * 3 >= len(item_words) * 2)
+
+
+def topic_label(topic: str) -> str:
+    """``foodRecommendation`` -> ``food``; ``legalConsultation`` -> ``legal questions``."""
+    base = re.sub(r"(Recommendation|Consultation)$", "", topic)
+    spaced = re.sub(r"(?<!^)([A-Z])", r" \1", base).lower()
+    return f"{spaced} questions" if topic.endswith("Consultation") else spaced
