@@ -6,40 +6,12 @@ from collections.abc import Callable
 from functools import cache
 from pathlib import Path
 
-import yaml
-from pydantic import ValidationError
-
-from pipeline.errors import UserError, first_validation_error
+from pipeline.config import DataFileError, load_yaml_model
 from pipeline.life_state import UNKNOWN_AGE_SPAN, initial_state
 from schemas.catalog import Catalog, InventoryItem, Taxonomy
 from schemas.persona import SeedAttributes
 
 DATA_DIR = Path(__file__).parent / "data"
-
-
-class DataFileError(UserError, ValueError):
-    """A data or config file is malformed; the message names the file and the field."""
-
-
-def load_yaml_model(path: Path, model: type):
-    """Parse ``path`` as YAML into ``model``; errors name the file and the first bad field."""
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as exc:
-        raise DataFileError(f"{path}: file not found") from exc
-    except IsADirectoryError:
-        raise DataFileError(f"{path}: is a folder; give a YAML file") from None
-    except UnicodeDecodeError as exc:
-        line = path.read_bytes()[:exc.start].count(b"\n") + 1
-        raise DataFileError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f":{mark.line + 1}" if mark else ""
-        raise DataFileError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from exc
-    try:
-        return model.model_validate(raw or {})
-    except ValidationError as exc:
-        raise DataFileError(first_validation_error(exc, str(path))) from exc
 
 
 @cache

@@ -1,17 +1,46 @@
-"""Loads run configuration: a named profile or a YAML file, then command-line overrides."""
+"""Run configuration: a named profile or a YAML file, command-line overrides, and the writing mode a backend
+decides; the YAML loader every data file goes through (errors name the file, the line and the field)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import yaml
 from pydantic import ValidationError
 
-from pipeline.catalog import DataFileError, load_yaml_model
-from pipeline.errors import first_validation_error
+from pipeline.errors import UserError, first_validation_error
 from schemas.config import RunConfig
 
+if TYPE_CHECKING:
+    from pipeline.llm import LLM
+
 PROFILE_DIR = Path(__file__).parent / "config"
+
+
+class DataFileError(UserError, ValueError):
+    """A data or config file is malformed; the message names the file and the field."""
+
+
+def load_yaml_model(path: Path, model: type):
+    """Parse ``path`` as YAML into ``model``; errors name the file and the first bad field."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise DataFileError(f"{path}: file not found") from exc
+    except IsADirectoryError:
+        raise DataFileError(f"{path}: is a folder; give a YAML file") from None
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[:exc.start].count(b"\n") + 1
+        raise DataFileError(f"{path}:{line}: not UTF-8 text (byte {exc.start})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark else ""
+        raise DataFileError(f"{path}{where}: invalid YAML ({getattr(exc, 'problem', exc)})") from exc
+    try:
+        return model.model_validate(raw or {})
+    except ValidationError as exc:
+        raise DataFileError(first_validation_error(exc, str(path))) from exc
 
 
 def profile_path(profile: str) -> Path:
@@ -36,3 +65,18 @@ def load_config(profile: str = "default", **overrides: Any) -> RunConfig:
         return RunConfig.model_validate({**config.model_dump(), **updates})
     except ValidationError as exc:
         raise DataFileError(first_validation_error(exc, "command line")) from exc
+
+
+def writing_mode(config: RunConfig, llm: LLM) -> str:
+    """``text.writing``, with ``auto`` chosen by the backend: a turn per call on the embedded small model,
+    whole sessions elsewhere."""
+    if config.text.writing != "auto":
+        return config.text.writing
+    return "turn" if llm.backend.provider == "local" else "session"
+
+
+def with_writing(config: RunConfig, llm: LLM) -> RunConfig:
+    """``config`` with its writing mode decided for ``llm`` (so the plan, the manifest and the run agree)."""
+    mode = writing_mode(config, llm)
+    return config if mode == config.text.writing else config.model_copy(
+        update={"text": config.text.model_copy(update={"writing": mode})})

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from pipeline import tokens as tokens_module
 from pipeline.dataset.export_longmemeval import lme_date
-from pipeline.s5_assembly import assemble_contexts as assemble_module
-from pipeline.s5_assembly import budget as budget_module
+from pipeline.s5_assembly import filling as filling_module
 from pipeline.s5_assembly import fit
-from pipeline.s5_assembly.assemble_contexts import AssemblyError, assemble_all, context_messages, slot_dates
-from pipeline.s5_assembly.budget import MESSAGE_OVERHEAD, message_tokens, message_tokens_many
-from pipeline.tokens import count_tokens
+from pipeline.s5_assembly.assemble_contexts import assemble_all
+from pipeline.s5_assembly.budget import AssemblyError, context_messages, slot_dates
+from pipeline.tokens import MESSAGE_OVERHEAD, count_tokens, message_tokens, message_tokens_many
 from schemas.context import AssemblySettings
 from schemas.query import Evidence
 from tests.support.factories import make_bundle, make_filler_pool, tiny_config
@@ -141,10 +141,9 @@ def test_same_seed_same_contexts_other_seed_other_filler(bundle, assembly):
 def test_each_session_is_counted_once_not_per_context(monkeypatch):
     fresh = make_bundle(tiny_config(n_personas=2))
     counted: list[str] = []
-    real_one, real_many = budget_module.count_tokens, budget_module.message_tokens_many
-    monkeypatch.setattr(budget_module, "count_tokens", lambda text: counted.append(text) or real_one(text))
-    monkeypatch.setattr(budget_module, "message_tokens_many", lambda texts: counted.extend(texts) or real_many(texts))
-    monkeypatch.setattr(assemble_module, "message_tokens", budget_module.message_tokens)
+    real_one, real_many = tokens_module.count_tokens, tokens_module.message_tokens_many
+    monkeypatch.setattr(tokens_module, "count_tokens", lambda text: counted.append(text) or real_one(text))
+    monkeypatch.setattr(tokens_module, "message_tokens_many", lambda texts: counted.extend(texts) or real_many(texts))
     settings = AssemblySettings(budgets=[3000, 5000, 8000])
     assemble_all(fresh.personas, fresh.sessions, fresh.queries, settings=settings, run_seed=7)
     n_turns = sum(len(s.turns) for s in fresh.sessions)
@@ -191,9 +190,9 @@ def test_a_filler_pick_over_one_cap_is_asked_again_with_less_room_until_it_fits(
                 used += cost(s)
         return picked
 
-    monkeypatch.setattr(assemble_module, "_pick_filler", pick)
+    monkeypatch.setattr(filling_module, "_pick_filler", pick)
     budget, ask = 1500, 100
-    fillers, _, fill = assemble_module._fitting_filler(pool, budget, 0, 0, 0, ask, lambda: random.Random(3),
+    fillers, _, fill = filling_module._fitting_filler(pool, budget, 0, 0, 0, ask, lambda: random.Random(3),
                                                        full=budget * 0.95)
     by_id = {s.session_id: s for s in pool.sessions}
     chat, lme = sum(by_id[f].n_tokens for f in fillers), sum(pool.lme_tokens[f] for f in fillers)

@@ -1,6 +1,7 @@
 import pytest
 
-from pipeline.catalog import DATA_DIR, DataFileError, catalog_inventory, load_catalog, load_taxonomy
+from pipeline.catalog import DATA_DIR, catalog_inventory, load_catalog, load_taxonomy
+from pipeline.config import DataFileError
 from schemas.config import DEFAULT_TOPICS
 
 

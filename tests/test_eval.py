@@ -22,7 +22,7 @@ from pipeline.evaluation.evaluate import (
 from pipeline.evaluation.summary import EvalRow, accuracy, bootstrap_ci, distance_bucket
 from pipeline.llm import LLM
 from pipeline.llm.errors import PromptTooLong
-from pipeline.s5_assembly.budget import message_tokens
+from pipeline.tokens import message_tokens
 from schemas.llm import LLMSettings
 from tests.support.eval_data import publish_tiny
 

@@ -9,8 +9,8 @@ from statistics import median
 
 from pipeline.s3_text.filler import filler_sources, sharegpt_filler
 from pipeline.s3_text.sharegpt import clean_conversation, iter_records
-from pipeline.s5_assembly.assemble_contexts import assemble_all, context_messages
-from pipeline.s5_assembly.budget import date_text
+from pipeline.s5_assembly.assemble_contexts import assemble_all
+from pipeline.s5_assembly.budget import context_messages, date_text
 from schemas.config import RunConfig
 from schemas.context import AssemblySettings
 from tests.support.factories import make_bundle, make_filler_pool, tiny_config

@@ -218,7 +218,7 @@ def test_the_turn_mode_writes_each_turn_in_its_own_short_call_and_every_beat_lan
 def test_auto_writes_turns_on_the_embedded_model_and_sessions_elsewhere(tmp_path):
     from types import SimpleNamespace
 
-    from pipeline.s3_text.write_sessions import with_writing, writing_mode
+    from pipeline.config import with_writing, writing_mode
 
     config = load_config("smoke")
     assert config.text.writing == "auto"

@@ -123,10 +123,10 @@ def generate(
     dry_run: Annotated[bool, typer.Option(help="print the plan and ETA, then stop")] = False,
 ) -> None:
     """Generate a benchmark dataset and publish it as a new version under OUTPUTS/<dataset>/."""
+    from pipeline.config import with_writing
     from pipeline.llm import LLM, LLMError
     from pipeline.run.estimate import check_budgets, estimate_run
     from pipeline.run.jobs import RunSpec, default_workers
-    from pipeline.s3_text.write_sessions import with_writing
 
     if runner not in ("thread", "dask"):
         raise fail(f"--runner: expected thread or dask, got {runner!r}")

@@ -34,7 +34,7 @@ from pipeline.dataset.export import (
 from pipeline.dataset.files import export_folder, write_json_list, write_text
 from pipeline.dataset.lme_questions import assistant_question, temporal_question
 from pipeline.dataset.reading import Dataset
-from pipeline.s5_assembly.assemble_contexts import slot_dates
+from pipeline.s5_assembly.budget import slot_dates
 from pipeline.s5_assembly.fit import lme_history_cap
 from schemas.context import Context, Placement
 from schemas.conversation import SessionWithTurns

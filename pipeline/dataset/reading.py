@@ -18,7 +18,7 @@ from pipeline.dataset.store import (
     read_table,
 )
 from pipeline.errors import first_validation_error
-from pipeline.s5_assembly.assemble_contexts import context_messages
+from pipeline.s5_assembly.budget import context_messages
 from schemas.context import ChatMessage, Context, Placement
 from schemas.conversation import Session, SessionWithTurns, Turn
 from schemas.manifest import Manifest

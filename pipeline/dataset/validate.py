@@ -10,8 +10,7 @@ from pydantic import BaseModel
 
 from pipeline.catalog import load_catalog, load_taxonomy
 from pipeline.life_state import replay
-from pipeline.s5_assembly.assemble_contexts import layout, place_query, turn_prefix
-from pipeline.s5_assembly.budget import message_tokens, profile_text
+from pipeline.s5_assembly.budget import layout, profile_text
 from pipeline.s5_assembly.fit import (
     fill_floor,
     fill_tokens,
@@ -21,6 +20,8 @@ from pipeline.s5_assembly.fit import (
     pm_ask_tokens,
     pm_history_cap,
 )
+from pipeline.s5_assembly.placement import place_query, turn_prefix
+from pipeline.tokens import message_tokens
 from schemas.context import Context, Placement
 from schemas.conversation import Session, Turn
 from schemas.manifest import ValidationReport

@@ -52,7 +52,7 @@ from pipeline.evaluation.summary import (
 )
 from pipeline.llm import LLM, CallFailed
 from pipeline.llm.errors import PromptTooLong
-from pipeline.s5_assembly.budget import message_tokens
+from pipeline.tokens import message_tokens
 from schemas.context import ChatMessage, Placement
 from schemas.query import Query
 

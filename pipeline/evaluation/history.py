@@ -24,8 +24,8 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.dataset import Dataset
 from pipeline.evaluation.retrieval import terms, top_k
-from pipeline.s5_assembly.assemble_contexts import layout
-from pipeline.s5_assembly.budget import message_tokens
+from pipeline.s5_assembly.budget import layout
+from pipeline.tokens import message_tokens
 from schemas.context import ChatMessage, Placement
 from schemas.query import Query
 

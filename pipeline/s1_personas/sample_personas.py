@@ -8,7 +8,8 @@ import random
 from collections.abc import Iterator
 from pathlib import Path
 
-from pipeline.catalog import DataFileError, load_taxonomy
+from pipeline.catalog import load_taxonomy
+from pipeline.config import DataFileError
 from pipeline.rng import derive_rng, derive_seed
 from schemas.catalog import Taxonomy, Weighted
 from schemas.config import PersonaSettings

@@ -18,8 +18,8 @@ from pydantic import BaseModel
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
 from pipeline.s3_text.sharegpt import DATASET, SOURCE, TERMS, Conversation, sharegpt_pool
-from pipeline.s5_assembly.budget import with_token_counts
 from pipeline.specs import FILLER
+from pipeline.tokens import with_token_counts
 from pipeline.words import content_words, mentioned
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn

@@ -8,6 +8,7 @@ from pydantic import BaseModel, Field
 
 from pipeline.catalog import load_catalog
 from pipeline.checks.quality import Origin
+from pipeline.config import writing_mode
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
 from pipeline.s3_text.beats import (
@@ -30,9 +31,8 @@ from pipeline.s3_text.turn_mode import (
     write_turns,
 )
 from pipeline.s3_text.turn_mode import clean as _clean
-from pipeline.s5_assembly.budget import with_token_counts
 from pipeline.specs import BEAT, SESSION, SMALL_TALK
-from pipeline.tokens import count_tokens
+from pipeline.tokens import count_tokens, with_token_counts
 from pipeline.words import mentions, topic_label
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn
@@ -49,7 +49,7 @@ from schemas.persona import Persona
 from schemas.timeline import Timeline
 from schemas.turn_drafts import UserTurnContext
 
-__all__ = ["echoes", "length_problem", "unreadable", "turn_opening", "write_sessions", "writing_mode", "with_writing"]
+__all__ = ["echoes", "length_problem", "unreadable", "turn_opening", "write_sessions"]
 
 
 class SessionStats(BaseModel):
@@ -219,21 +219,6 @@ def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first
             exchanges.append(done[(plan.session_id, i)])
         out[plan.session_id] = exchanges
     return out
-
-
-def writing_mode(config: RunConfig, llm: LLM) -> str:
-    """``text.writing``, with ``auto`` chosen by the backend: a turn per call on the embedded small model,
-    whole sessions elsewhere."""
-    if config.text.writing != "auto":
-        return config.text.writing
-    return "turn" if llm.backend.provider == "local" else "session"
-
-
-def with_writing(config: RunConfig, llm: LLM) -> RunConfig:
-    """``config`` with its writing mode decided for ``llm`` (so the plan, the manifest and the run agree)."""
-    mode = writing_mode(config, llm)
-    return config if mode == config.text.writing else config.model_copy(
-        update={"text": config.text.model_copy(update={"writing": mode})})
 
 
 def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, allowed) -> None:

@@ -31,8 +31,7 @@ import json
 from collections.abc import Sequence
 from typing import Protocol
 
-from pipeline.s5_assembly.budget import MESSAGE_OVERHEAD
-from pipeline.tokens import count_tokens, encoding
+from pipeline.tokens import MESSAGE_OVERHEAD, count_tokens, encoding
 
 PM_INSTRUCTION = ("Find the most appropriate model response and give your final answer (a), (b), (c), or (d) "
                   "after the special token <final_answer>.")
