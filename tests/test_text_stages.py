@@ -11,11 +11,12 @@ from pipeline.config import load_config
 from pipeline.llm import LLM
 from pipeline.run.persona_text import build_persona_text
 from pipeline.s1_personas.expand_persona import clean_items, profile_problem
-from pipeline.s1_personas.sample_personas import sample_personas
-from pipeline.s3_text.beats import Beat, beat_problem, fallback_exchange, mentions, plan_sessions, topic_label
+from pipeline.s1_personas.sample_personas import persona_from_seed, sample_personas
+from pipeline.s3_text.beats import Beat, beat_problem, fallback_exchange, plan_sessions
 from pipeline.s3_text.filler import filter_filler, write_filler_pool
 from pipeline.s3_text.narrate_events import apply_narrations, effects_of
 from pipeline.tokens import count_tokens
+from pipeline.words import mentions, topic_label
 from schemas.drafts import ProfileDraft, narration_draft
 from schemas.ids import parse_version_key
 from schemas.llm import LLMSettings
@@ -120,14 +121,15 @@ def test_fallback_exchange_voices_the_fact_plainly():
 
 def test_profile_check_and_item_cleaning(tmp_path):
     (seed,) = sample_personas(1, run_seed=9, settings=load_config("smoke").personas)
+    persona = persona_from_seed(seed, run_seed=9)
     good = ProfileDraft(name="A B", age=seed.attributes.age, gender_identity=seed.attributes.gender_identity,
                         occupation="x" * 5, location="Oslo, Norway",
                         background="Grew up by the sea and moved to the city for work; spends weekends running "
                                    "along the river and trying new recipes with friends.")
-    assert profile_problem(good, seed) is None
-    assert "age" in profile_problem(good.model_copy(update={"age": seed.attributes.age + 1}), seed)
+    assert profile_problem(good, persona) is None
+    assert "age" in profile_problem(good.model_copy(update={"age": seed.attributes.age + 1}), persona)
     for junk in ("b" * 130, "2020-12-30T15:13:57 Chat History: Sung Zhiyuan said hello to everyone there today."):
-        assert profile_problem(good.model_copy(update={"background": junk}), seed) is not None
+        assert profile_problem(good.model_copy(update={"background": junk}), persona) is not None
     taken = {"ramen"}
     raw = ["  Ramen bowls ", "- hot pot!", "hot pot", "", "x " * 40, "tea", "]/*&*/}junk here", "bunny_carnitas x"]
     assert clean_items(raw, taken=taken, limit=5) == ["Ramen bowls", "hot pot", "junk here"]

@@ -7,6 +7,7 @@ from pydantic import BaseModel, Field
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
 from pipeline.s1_personas.expand_persona import expand_persona
+from pipeline.s1_personas.sample_personas import persona_from_seed
 from pipeline.s2_timeline.simulate_timeline import simulate_timeline
 from pipeline.s3_text.narrate_events import narrate_events
 from pipeline.s3_text.write_sessions import SessionStats, write_sessions
@@ -29,9 +30,10 @@ class PersonaText(BaseModel):
 
 
 def build_persona_text(seed: PersonaSeed, *, config: RunConfig, llm: LLM) -> PersonaText:
-    """Stages 2-5 for one persona; deterministic for a given seed, config and cached responses."""
+    """Stages 1-5 for one persona (its seed to its sessions, each stage folder once, in order); deterministic for a given seed, config and cached responses."""
     origin: dict = {}
-    persona, inventory = expand_persona(seed, config=config, llm=llm, origin=origin)
+    persona = persona_from_seed(seed, run_seed=config.seed, split=config.personas.split)
+    persona, inventory = expand_persona(persona, config=config, llm=llm, origin=origin)
     rng = derive_rng(config.seed, persona.persona_id, "simulate_timeline")
     timeline = simulate_timeline(persona, inventory, config=config, rng=rng)
     timeline = narrate_events(persona, timeline, llm=llm, config=config, origin=origin)

@@ -12,50 +12,49 @@ from pipeline.catalog import catalog_inventory, item_fit, load_catalog, turnable
 from pipeline.checks.quality import Origin, count, item_problem, text_problem
 from pipeline.llm import LLM, LLMError
 from pipeline.rng import derive_rng
-from pipeline.s1_personas.sample_personas import persona_from_seed
 from pipeline.specs import INVENTORY, PROFILE
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.drafts import InventoryContext, ProfileContext, ProfileDraft, inventory_draft
-from schemas.persona import Persona, PersonaSeed
+from schemas.persona import Persona
 
 Inventory = dict[str, list[InventoryItem]]
 
 
-def expand_persona(seed: PersonaSeed, *, config: RunConfig, llm: LLM,
+def expand_persona(persona: Persona, *, config: RunConfig, llm: LLM,
                    origin: dict[str, Origin] | None = None) -> tuple[Persona, Inventory]:
-    """The persona with model-written profile, and its per-topic inventory (model items + catalog top-up);
-    ``origin`` counts, per field, the texts the model wrote, wrote when asked again, or code wrote."""
+    """The persona (from :func:`~pipeline.s1_personas.sample_personas.persona_from_seed`) with its model-written
+    profile, and its per-topic inventory (model items + catalog top-up); ``origin`` counts, per field, the texts
+    the model wrote, wrote when asked again, or code wrote."""
     origin = {} if origin is None else origin
-    base = persona_from_seed(seed, run_seed=config.seed, split=config.personas.split)
-    persona = _with_profile(base, seed, llm=llm, attempts=config.text.attempts, origin=origin)
+    persona = _with_profile(persona, llm=llm, attempts=config.text.attempts, origin=origin)
     inventory = _inventory(persona, config=config, llm=llm)
     model = sum(1 for items in inventory.values() for i in items if i.origin == "model")
     count(origin, "item", model=model, code=sum(map(len, inventory.values())) - model)
     return persona, inventory
 
 
-def profile_problem(draft: ProfileDraft, seed: PersonaSeed, name: str = "") -> str | None:
-    """Why a profile draft contradicts the structured seed or is not readable, or None."""
-    a = seed.attributes
+def profile_problem(draft: ProfileDraft, persona: Persona) -> str | None:
+    """Why a profile draft contradicts the persona's structured seed or is not readable, or None."""
+    a = persona.attributes
     if a.age is not None and draft.age != a.age:
         return f"age {draft.age} contradicts the seed's age {a.age}"
     if a.gender_identity is not None and draft.gender_identity != a.gender_identity:
         return f"gender identity {draft.gender_identity} contradicts the seed's {a.gender_identity}"
-    allowed = [name, a.location or "", a.occupation or "", draft.occupation, draft.location, seed.text]
+    allowed = [persona.name, a.location or "", a.occupation or "", draft.occupation, draft.location, persona.seed_text]
     return text_problem(draft.background, "profile", allowed=allowed)
 
 
-def _with_profile(base: Persona, seed: PersonaSeed, *, llm: LLM, attempts: int, origin: dict[str, Origin]) -> Persona:
-    a = seed.attributes
-    context = ProfileContext(seed_text=seed.text, name=base.name, age=a.age, gender_identity=a.gender_identity,
+def _with_profile(base: Persona, *, llm: LLM, attempts: int, origin: dict[str, Origin]) -> Persona:
+    a = base.attributes
+    context = ProfileContext(seed_text=base.seed_text, name=base.name, age=a.age, gender_identity=a.gender_identity,
                              location=a.location, occupation=a.occupation)
     for sample in range(attempts):
         try:
             draft = llm.generate(PROFILE, context, sample_index=sample)
         except LLMError:
             continue
-        if profile_problem(draft, seed, base.name) is None:
+        if profile_problem(draft, base) is None:
             count(origin, "profile", **{"reasked" if sample else "model": 1})
             return apply_profile(base, draft, llm_name=llm.name, fingerprint=llm.fingerprint(PROFILE))
     count(origin, "profile", code=1)

@@ -11,13 +11,7 @@ from pipeline.checks.quality import Origin
 from pipeline.config import writing_mode
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
-from pipeline.s3_text.beats import (
-    Beat,
-    SessionPlan,
-    beat_problem,
-    fallback_exchange,
-    plan_sessions,
-)
+from pipeline.s3_text.beats import Beat, SessionPlan, beat_problem, fallback_exchange, plan_sessions
 from pipeline.s3_text.turn_mode import (
     Exchange,
     TurnAsk,
