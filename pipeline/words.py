@@ -14,6 +14,8 @@ STOPWORDS = frozenset(
     "if in into is it its just me my no not of on or our she so some than that the their them then there "
     "these they this to too us was we were what when where which who why will with would you your".split()
 )
+PRESENT = {"like": "enjoy", "dislike": "avoid"}  # a stance as a verb of the present
+PAST = {"like": "enjoyed", "dislike": "avoided"}  # ... and of the past
 
 
 def tokens(text: str) -> list[str]:

@@ -131,7 +131,8 @@ def test_card_points_at_the_evals_made_after_publishing(card):
 
 
 def test_with_sharegpt_filler_the_licence_is_stated_per_part_and_the_yaml_names_the_mix():
-    from pipeline.dataset.card import _licences, front_matter
+    from pipeline.dataset.card import front_matter
+    from pipeline.dataset.card_use import licences
     from schemas.manifest import Manifest
 
     stats = {"license": "cc-by-4.0", "filler_conversation_ids": ["a", "b"], "filler_dataset": "ShareGPT V3",
@@ -141,7 +142,7 @@ def test_with_sharegpt_filler_the_licence_is_stated_per_part_and_the_yaml_names_
     assert meta["license"] == "other" and "cc-by-4.0" in meta["license_name"] and "ShareGPT" in meta["license_name"]
     plain = Manifest.model_construct(dataset="d", version="v0001", stats={"license": "cc-by-4.0"})
     assert yaml.safe_load(front_matter(plain, 10).split("---\n")[1])["license"] == "cc-by-4.0"
-    text = _licences(stats, {"contexts": []})
+    text = licences(stats, {"contexts": []})
     assert "Generated text" in text and "`cc-by-4.0`" in text and "ShareGPT V3" in text and "check the terms." in text
 
 

@@ -64,10 +64,10 @@ def test_backends_that_do_not_want_their_reply_back_get_a_fresh_sample(tmp_path)
 
 
 def test_a_reply_cut_off_for_repeating_itself_is_reasked(tmp_path):
+    from pipeline.llm.asks import validate_reply
     from pipeline.llm.backends import BackendReply
-    from pipeline.llm.gateway import _validate
 
-    output, problem = _validate(BackendReply(text='{"topic": "tea tea tea', finish_reason="repetition"), TopicNote)
+    output, problem = validate_reply(BackendReply(text='{"topic": "tea tea tea', finish_reason="repetition"), TopicNote)
     assert output is None and "repeating itself" in problem
 
 
@@ -301,14 +301,14 @@ def test_a_waiter_whose_call_is_cancelled_asks_itself(tmp_path):
 
 
 def test_a_day_long_retry_after_is_capped_and_said(tmp_path, monkeypatch):
-    import pipeline.llm.gateway as gateway
+    import pipeline.llm.transport as transport
     from pipeline.llm import listen_notices
     from pipeline.llm.limits import Throttle
 
     paused: list[float] = []
     original = Throttle.pause
     monkeypatch.setattr(Throttle, "pause", lambda self, s: (paused.append(s), original(self, s))[1])
-    monkeypatch.setattr(gateway, "NOTICE_WAIT_S", 0.01)
+    monkeypatch.setattr(transport, "NOTICE_WAIT_S", 0.01)
     said: list[str] = []
     stop = listen_notices(said.append)
     try:

@@ -14,10 +14,11 @@ import pytest
 
 from pipeline.llm import LLM, ChatReply, ConfigError
 from pipeline.llm.backends import BackendRequest
-from pipeline.llm.engine import BatchEngine, Completion, looping
+from pipeline.llm.engine import BatchEngine
 from pipeline.llm.errors import CallFailed, Interrupted
 from pipeline.llm.limits import Runtime
 from pipeline.llm.local import LocalBackend, default_model_path
+from pipeline.llm.slots import Completion, looping
 from pipeline.specs import PING
 from schemas.llm import LLMSettings, PingContext, PingReply
 

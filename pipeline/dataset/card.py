@@ -9,8 +9,16 @@ import yaml
 from pydantic import BaseModel
 
 from pipeline.baselines import chance_accuracy, lexical_overlap_accuracy, longest_option_accuracy, wilson
-from pipeline.dataset.export import size_labels
-from pipeline.s5_assembly.fit import PM_ANSWER_RESERVE, lme_history_cap, pm_answer_reserve
+from pipeline.dataset.card_use import (
+    evaluating,
+    exports,
+    glossary,
+    licences,
+    license_meta,
+    limitations,
+    loading,
+    markdown_table,
+)
 from schemas.manifest import Manifest
 
 DESCRIPTIONS = {
@@ -35,7 +43,7 @@ def size_category(n: int) -> str:
 def front_matter(manifest: Manifest, n_examples: int) -> str:
     """The YAML block the Hub reads: license, size, task categories, one config per table."""
     meta = {
-        **_license_meta(manifest.stats),
+        **license_meta(manifest.stats),
         "pretty_name": f"{manifest.dataset} {manifest.version}",
         "language": ["en"],
         "size_categories": [size_category(n_examples)],
@@ -65,25 +73,19 @@ def render_card(manifest: Manifest, tables: dict[str, list[BaseModel]]) -> str:
         _forms(queries),
         _filtering(manifest.stats.get("probe"), manifest.stats.get("stance_checks")),
         _origin(manifest.stats.get("text_origin"), (manifest.config.get("text") or {}).get("writing", "session")),
-        _evaluating(manifest),
-        _exports(tables),
-        _glossary(),
-        _licences(manifest.stats, tables),
-        _loading(manifest),
-        _limitations(),
+        evaluating(manifest),
+        exports(tables),
+        glossary(),
+        licences(manifest.stats, tables),
+        loading(manifest),
+        limitations(),
     ]
     return "\n".join(parts)
 
 
-def _table(header: list[str], rows: list[list[object]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
-
-
 def _inside(manifest: Manifest) -> str:
     rows = [[f"`{name}`", manifest.counts.get(name, 0), text] for name, text in DESCRIPTIONS.items()]
-    return "## What is inside\n\n" + _table(["table", "rows", "contents"], rows)
+    return "## What is inside\n\n" + markdown_table(["table", "rows", "contents"], rows)
 
 
 def _reused_rows(reused: dict, personas: int) -> list[list]:
@@ -127,7 +129,7 @@ def _made(manifest: Manifest) -> str:
             "holds or takes to one outside them. A "
             "model-written reason is kept only where it names the event and the item; otherwise code's reason, "
             "which states the link, stays.\n\n"
-            + _table(["item", "value"], rows))
+            + markdown_table(["item", "value"], rows))
 
 
 def _filler_source(stats: dict) -> str:
@@ -154,10 +156,10 @@ def _counts(tables: dict[str, list[BaseModel]], unplaced: dict[str, int]) -> str
         for b, cs in sorted(budgets.items())
     ]
     return ("## Counts\n\n### Queries per type\n\n"
-            + _table(["type", "queries"], sorted(by_type.items()))
-            + "\n### Queries per topic\n\n" + _table(["topic", "queries"], sorted(by_topic.items()))
+            + markdown_table(["type", "queries"], sorted(by_type.items()))
+            + "\n### Queries per topic\n\n" + markdown_table(["topic", "queries"], sorted(by_topic.items()))
             + "\n### Contexts per budget\n\n"
-            + _table(["budget (tokens)", "contexts", "mean tokens", "filler share", "median own share", "placed queries"],
+            + markdown_table(["budget (tokens)", "contexts", "mean tokens", "filler share", "median own share", "placed queries"],
                      budget_rows)
             + ("\nQueries not placed in a context (summed over budgets), by reason: "
                + ", ".join(f"{reason} {n}" for reason, n in sorted(unplaced.items())) + ".\n" if unplaced else ""))
@@ -172,7 +174,7 @@ def _baselines(queries: list, probe: dict | None = None) -> str:
     probes = {name: p.get("after") or {} for name, p in ((probe or {}).get("probes") or {}).items()}
     probes = {name: r for name, r in probes.items() if r.get("accuracy") is not None}
     text = ("## No-context baselines\n\nAccuracy of answering without any history (ties split evenly). "
-            "Values near chance mean the options do not give the answer away.\n\n" + _table(["baseline", "accuracy"], rows))
+            "Values near chance mean the options do not give the answer away.\n\n" + markdown_table(["baseline", "accuracy"], rows))
     if probes:
         first = next(iter(probes.values()))
         scopes = [("overall", None, first.get("n_queries", 0))]
@@ -183,7 +185,7 @@ def _baselines(queries: list, probe: dict | None = None) -> str:
                  "regression on word n-grams and lengths of each (question, option); *relational* reads each "
                  "option's relations to the other options of its query (overlaps, shared clauses, prefixes, "
                  "mirrors, odd one out, length rank, position), with gradient-boosted trees and a linear model.\n\n"
-                 + _table(["scope", "queries", *probes], table))
+                 + markdown_table(["scope", "queries", *probes], table))
     return text
 
 
@@ -206,7 +208,7 @@ def _forms(queries: list) -> str:
     return ("## Form of the correct answer per type\n\nEvery form a distractor takes is also the right answer "
             "somewhere, so no form gives the answer away; and each type's options are a design in which every "
             "option relates to the others alike (item x stance, reason x stance, chains closed under mirror and "
-            "prefix), so how the options relate does not give it away either.\n\n" + _table(["type", *forms], rows))
+            "prefix), so how the options relate does not give it away either.\n\n" + markdown_table(["type", *forms], rows))
 
 
 ORIGIN_FIELDS = {"item": "inventory items (preference labels)", "profile": "persona profile",
@@ -235,7 +237,7 @@ def _origin(origin: dict | None, writing: str = "session") -> str:
             "a thing of their topic (a list, a clause, a judgement, a head noun the topic's catalog never uses), "
             "are replaced from the hand-written catalog. Labels (which item, which stance, which option is right) are always "
             "code's. Filler turns are real ShareGPT conversations." + seeded + "\n\n"
-            + _table(["field", "model, first answer", "model, asked again", "written by code"], rows))
+            + markdown_table(["field", "model, first answer", "model, asked again", "written by code"], rows))
 
 
 def _filtering(probe: dict | None, stance: dict | None) -> str:
@@ -257,7 +259,7 @@ def _filtering(probe: dict | None, stance: dict | None) -> str:
                      "by its own seeded draw (`balanced`). "
                      f"Then queries any option-only probe answered confidently in every round were redrawn, then dropped "
                      f"(budget {probe.get('budget', 0)}); each probe's accuracy before -> after filtering:\n\n"
-                     + _table(["type", "balanced", "redrawn", "dropped", *probes], rows))
+                     + markdown_table(["type", "balanced", "redrawn", "dropped", *probes], rows))
         reported = [f for f in probe.get("findings", []) if not f.get("refuse")]
         if reported:
             parts.append("Above a threshold, but within the estimate's uncertainty or on too few queries "
@@ -267,7 +269,7 @@ def _filtering(probe: dict | None, stance: dict | None) -> str:
     if stance:
         rows = [[k.replace("_", " "), v] for k, v in stance.items()]
         parts.append("\nStance check of the user turns that voice a preference version (no model needed):\n\n"
-                     + _table(["count", "value"], rows))
+                     + markdown_table(["count", "value"], rows))
     return "\n".join(parts) if len(parts) > 1 else ""
 
 
@@ -276,132 +278,3 @@ def _at(result: dict | None, qtype: str | None = None) -> str:
     return "n/a" if acc is None else f"{acc:.1%}"
 
 
-def _evaluating(manifest: Manifest) -> str:
-    """Where evaluations of this version go: they come after publishing, and this card is checksummed."""
-    return (
-        "## Evaluating\n\n"
-        "`personagen eval . --suite --llm openai:gpt-4o-mini` asks a model every placed query with the whole "
-        "history (`mcq`), none (`no-context`), only the evidence sessions (`oracle`), the latest turns (`recent`) "
-        "and BM25-retrieved sessions or turns (`rag`), beside model-free references (chance, longest option, "
-        "word overlap, and a retrieval reader with no model), and reports the memory gap per type. Results go to "
-        "`evals/<name>/` beside these tables (`summary.md`, `summary.json`, `results.parquet`), and "
-        "`personagen report .` shows every eval in `report/report.html`. This card is written once, when the "
-        "version is published (manifest.json holds its checksum), so it never lists evaluations made later.\n"
-    )
-
-
-def _loading(manifest: Manifest) -> str:
-    return (
-        "## Loading\n\n```python\nfrom datasets import load_dataset\n"
-        "queries = load_dataset(\"parquet\", data_files=\"queries.parquet\")[\"train\"]\n\n"
-        "import pandas as pd\nplacements = pd.read_parquet(\"placements.parquet\")\n```\n\n"
-        "With a personagen checkout on the path, `from pipeline.dataset import load; ds = load(\".\")` gives "
-        "`ds.materialize_context(context_id, upto=end_index)`, the messages before a question. DuckDB reads the "
-        "Parquet files directly: `python3 -c \"import duckdb; duckdb.sql('select type, count(*) from "
-        "\\'queries.parquet\\' group by type').show()\"` (with `duckdb` installed).\n"
-    )
-
-
-def _limitations() -> str:
-    return (
-        "## Known limitations\n\n"
-        "- Users, events and conversations are synthetic; prose quality depends on the model that wrote it, "
-        "labels do not.\n"
-        "- Filler sessions are persona-neutral and shared across personas, so they carry no signal; by default "
-        "they are real ShareGPT conversations, filtered so that none names a persona's item.\n"
-        "- English only; one assistant style; simulated time is coarse (a few periods).\n"
-        "- Token budgets are counted with `o200k_base`; other tokenizers see slightly different sizes.\n"
-        "- A query whose evidence is not in a context (a topic dropped to fit a small budget) is not placed "
-        "in that context.\n"
-    )
-
-
-def _exports(tables: dict[str, list[BaseModel]]) -> str:
-    """The exports, the harness that reads each, the commands (run in this folder) and how a budget is counted."""
-    budgets = sorted({c.budget_tokens for c in tables.get("contexts", [])})
-    labels = size_labels(budgets)
-    size = labels[budgets[0]] if budgets else "32k"
-    rows = [[f"{b:,}", f"{b - pm_answer_reserve(b):,} minus the question message", f"{lme_history_cap(b):,}"]
-            for b in budgets]
-    return (
-        "## Exports and the harnesses that read them\n\n"
-        "Every command below runs as pasted in this folder, with the `personagen` command installed "
-        "(`.` is this version).\n\n"
-        "- **PersonaMem**: `personagen export personamem . --out pm` writes `pm/questions_<size>.csv` and "
-        "`pm/shared_contexts_<size>.jsonl`; in a PersonaMem checkout, `python inference_standalone_openai.py "
-        f"--step evaluate --model gpt-4o --question_path pm/questions_{size}.csv --context_path "
-        f"pm/shared_contexts_{size}.jsonl --result_path results_{size}.csv`.\n"
-        "- **LongMemEval**: `personagen export longmemeval . --out lme` writes `lme/longmemeval_<size>.json`; in "
-        f"LongMemEval's `src/generation`, `python run_generation.py --in_file lme/longmemeval_{size}.json --out_dir out "
-        "--model_name gpt-4o --model_alias gpt-4o --openai_key KEY --retriever_type orig-session --topk_context 1000 "
-        "--history_format json --useronly false --cot true`, then `src/evaluation/evaluate_qa.py` and "
-        "`print_qa_metrics.py` on its output. Our types map onto four of its six; beside each placed question, "
-        "code adds up to two per context of each of the other two over the same haystack (temporal-reasoning: the "
-        "days between the sessions voicing an item's older and newer stance; single-session-assistant: the "
-        "assistant's reply to a voiced preference), named by `derived_from`, so its task average is a number.\n"
-        f"- **Anything else** (pandas, polars, `datasets`): `personagen export jsonl . --out all.jsonl --budget {size}`, "
-        "one self-contained record per placed question with its messages. `--budget` reads `32k`, `128000` or "
-        "`1M` in every command.\n"
-        "- **personagen's own evaluation**: `personagen eval . --llm openai:gpt-4o-mini --limit 50` (PersonaMem's "
-        "multiple-choice protocol; `--suite` adds the no-context, oracle, recent and retrieval modes).\n\n"
-        "A budget is the most a model receives for any row, in the harness's own format. PersonaMem's script "
-        "sends the history before the question (4 tokens a message on top of its `o200k_base` tokens, system "
-        "messages folded in for o-family models), then the question, instruction and options, and keeps "
-        f"{PM_ANSWER_RESERVE:,} tokens for the answer. LongMemEval's reader writes each session as JSON under a "
-        "`### Session N` header and cuts the history at its model's length less 1,800 (`--cot true`: 800 to "
-        "generate, 1,000 for its prompt), 126,200 at 128k; our history never reaches that cap, so it never "
-        "truncates. A context is filled so that the larger of the two ends just below the budget; LongMemEval's "
-        "JSON costs more per message, so PersonaMem's rows usually end a few percent below theirs.\n\n"
-        + _table(["budget", "PersonaMem history, at most", "LongMemEval history, at most"], rows)
-    )
-
-
-def _glossary() -> str:
-    """What the export fields mean (the CSV's names first, the JSONL's after the slash)."""
-    rows = [
-        ["`all_options` / `options`", "the options in order; the CSV writes them `(a) text` as a JSON list"],
-        ["`correct_answer` / `correct_index`", "the correct option's letter `(a)`-`(d)` / its 0-based index"],
-        ["`option_roles`", "what each option is: `correct`, `outdated_preference` (held once), `other_persona`, "
-                           "`violates_preference`, `stereotypical`, `generic`, `forgetful`, `wrong_reason`, "
-                           "`wrong_sequence`, `already_done`"],
-        ["`end_index_in_shared_context` / `end_index`", "the question is asked after `messages[:end_index]`"],
-        ["`context_length_in_tokens` / `context_tokens`", "tokens of that history: `o200k_base` plus 4 a message"],
-        ["`context_length_in_letters`", "characters of that history"],
-        ["`distance_to_ref_in_tokens` / `distance_tokens`", "tokens from the end of the latest evidence turn to "
-                                                            "the question"],
-        ["`distance_to_ref_in_blocks` / `distance_sessions`", "sessions from the latest evidence to the question"],
-        ["`distance_to_ref_proportion_in_context` / `evidence_position`", "that distance as a share of the "
-         "history / where the latest evidence starts, as a fraction of the context"],
-        ["(all four distances)", "empty for a question without evidence (an abstention: nothing was said): "
-                                 "blank in the CSV, `null` in the JSONL"],
-        ["`num_irrelevant_tokens`", "filler tokens before the question's session"],
-        ["`stereotypical`", "`Yes` when the correct answer voices a preference sampled as stereotypical"],
-        ["answer forms", "`statement` (the usual), `abstention` (\"you have not told me\"), `no_change` "
-                         "(\"it never changed\"); each form is correct somewhere and a distractor elsewhere"],
-        ["dates", "simulated local time without a time zone: `Conversation date: YYYY-MM-DD` system messages; "
-                  "LongMemEval's `YYYY/MM/DD (Ddd) HH:MM`"],
-    ]
-    return "## Field glossary\n\n" + _table(["field", "meaning"], rows)
-
-
-def _license_meta(stats: dict) -> dict:
-    """The YAML licence: the generated text's, or ``other`` naming the mix when ShareGPT filler is inside."""
-    own = stats.get("license", "cc-by-4.0")
-    if not stats.get("filler_conversation_ids"):
-        return {"license": own}
-    return {"license": "other", "license_name": f"{own} (generated text) + ShareGPT filler under its own terms",
-            "license_link": "https://huggingface.co/datasets/anon8231489123/ShareGPT_Vicuna_unfiltered"}
-
-
-def _licences(stats: dict, tables: dict[str, list[BaseModel]]) -> str:
-    """The licence of each part, and how much of each budget's text is filler."""
-    own = stats.get("license", "cc-by-4.0")
-    parts = [f"- Generated text (personas, timelines, conversations, questions, options) and the tables: `{own}`."]
-    if stats.get("filler_conversation_ids"):
-        shares = defaultdict(list)
-        for c in tables.get("contexts", []):
-            shares[c.budget_tokens].append(c.filler_tokens / max(c.n_tokens, 1))
-        mix = ", ".join(f"{mean(v):.0%} at {b:,}" for b, v in sorted(shares.items()))
-        parts.append(f"- Filler sessions ({stats.get('filler_dataset', 'ShareGPT')}; {mix} of the context "
-                     f"tokens): not ours to license. {stats.get('filler_terms', '')}")
-    return "## Licences\n\n" + "\n".join(parts) + "\n"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pipeline.s4_queries.types import PAST, PRESENT
+from pipeline.words import PAST, PRESENT
 from schemas.conversation import SessionWithTurns
 from schemas.ids import parse_version_key
 from schemas.query import Query

@@ -1,10 +1,9 @@
 """The only code that talks to a model: the gateway (`LLM`), its backends, cache, limits and errors."""
 
+from pipeline.llm.asks import REASK, RESAMPLE, call_label, first_ask
 from pipeline.llm.gateway import (
     CHAT_FINGERPRINT,
     LLM,
-    REASK,
-    RESAMPLE,
     CacheMiss,
     CallFailed,
     ChatReply,
@@ -12,11 +11,8 @@ from pipeline.llm.gateway import (
     LLMError,
     LLMSettings,
     UsageSummary,
-    call_label,
-    first_ask,
-    listen,
-    listen_notices,
 )
+from pipeline.llm.notices import listen, listen_notices
 
 __all__ = ["LLM", "LLMError", "ConfigError", "CacheMiss", "CallFailed", "LLMSettings", "UsageSummary", "ChatReply",
            "call_label", "first_ask", "listen", "listen_notices", "REASK", "RESAMPLE", "CHAT_FINGERPRINT"]

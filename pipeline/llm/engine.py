@@ -23,121 +23,28 @@ run may word things differently from another engine: the cache key names the eng
 
 from __future__ import annotations
 
-import ctypes
 import logging
-import math
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from pipeline.llm.errors import CallFailed, ConfigError, Interrupted, PromptTooLong
 from pipeline.llm.limits import Runtime
+from pipeline.llm.sampling import SHORTLIST, Sampling
+from pipeline.llm.slots import Completion, EngineStats, Job, Slot, common_prefix, looping
 
 log = logging.getLogger(__name__)
 
 ENGINE = "batch1"  # named in cache keys: change it when the engine's output for a request can change
-TOP_K, MIN_P = 40, 0.05  # llama-cpp-python's defaults, which the pipeline's earlier single-stream calls used
-# A mild repetition penalty over the last 64 tokens: on a smoke run's 30 requests SmolLM2-135M fell into a loop
-# 6 times without it and 0 times with it, and 24 replies parsed against 18 (1.2: 15 parsed).
-REPEAT_PENALTY, REPEAT_LAST_N = 1.1, 64
 GUARD_EVERY = 8  # check for a loop every this many generated tokens
-SHORTLIST = 256  # candidates a rejected token is resampled among before the whole vocabulary is tried
 COPY_MIN = 16  # copy another slot's KV stream when it shares this many more prompt tokens than the chosen slot
 
 
-def looping(generated: list[int], window: int = 64, min_distinct: int = 16, max_period: int = 40,
-            min_loop: int = 48) -> bool:
-    """Whether the end of ``generated`` is degenerate: a window of very few distinct tokens (counting,
-    one repeated character), or one unit of up to ``max_period`` tokens repeated 3+ times over ``min_loop``.
-
-    Calibrated on 66 SmolLM2 replies of 64+ tokens from real runs: every 64-token window with fewer than 24
-    distinct tokens was a loop ("teim", "teim", ...; "1, 2, 3, ..."; one clause over and over), some of them
-    inside replies that had passed validation; the other replies' least diverse windows ran 25-52 (median 40).
-    """
-    if len(generated) >= window and len(set(generated[-window:])) < min_distinct:
-        return True
-    for period in range(1, max_period + 1):
-        unit, repeats = generated[-period:], 1
-        while len(generated) >= (repeats + 1) * period and \
-                generated[-(repeats + 1) * period:-repeats * period] == unit:
-            repeats += 1
-        if repeats >= 3 and repeats * period >= min_loop:
-            return True
-    return False
-
-
-@dataclass
-class Completion:
-    """What the engine returns for one request."""
-
-    text: str
-    finish_reason: str  # stop | length | repetition
-    prompt_tokens: int
-    completion_tokens: int
-    prompt_evaluated: int  # prompt tokens the engine computed (the rest came from the slot's cached prefix)
-
-
-@dataclass
-class Job:
-    """One request: its prompt tokens, its sampling settings, and where it stands."""
-
-    prompt: list[int]
-    grammar: str | None
-    temperature: float
-    top_p: float
-    seed: int
-    max_tokens: int
-    future: Future = field(default_factory=Future)
-    generated: list[int] = field(default_factory=list)
-    evaluated: int = 0
-    chain: object = None
-    gsampler: object = None
-    pending: int | None = None  # the last sampled token, not yet in the KV cache
-    abandoned: bool = False  # its caller stopped waiting: the slot is freed at the next step
-
-
-@dataclass
-class Slot:
-    """A sequence of the context: the tokens its KV stream holds, and the job using it (None: free)."""
-
-    seq: int
-    tokens: list[int] = field(default_factory=list)
-    job: Job | None = None
-    used_at: float = 0.0
-
-
-@dataclass
-class EngineStats:
-    """Counters since the engine started (for benchmarks and the run's notes)."""
-
-    prompt_tokens: int = 0
-    prompt_evaluated: int = 0
-    generated: int = 0
-    decode_steps: int = 0
-    grammar_resamples: int = 0  # tokens the grammar rejected: resampled among the tokens it allows
-    grammar_full: int = 0  # of those, resampled over the whole vocabulary
-    prefix_copies: int = 0
-    moves: int = 0  # running sequences moved down to close a gap in the slots (see BatchEngine._compact)
-    ubatches: int = 0  # graph evaluations of the decoding steps: one per run of consecutive slots
-    prefill_s: float = 0.0  # evaluating prompts
-    decode_s: float = 0.0  # decoding and sampling the sequences under way
-    busy_s: float = 0.0
-
-
-def _common_prefix(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
-
-
-class BatchEngine:
+class BatchEngine(Sampling):
     """One llama.cpp context with ``slots`` sequences of ``n_ctx`` tokens each, driven by one thread."""
 
     def __init__(self, path: Path, *, n_ctx: int, n_threads: int, slots: int, n_batch: int = 512) -> None:
@@ -393,9 +300,9 @@ class BatchEngine:
         the end.
         """
         slot = min(free, key=lambda s: s.seq)
-        keep = _common_prefix(slot.tokens, job.prompt)
-        donor = max(self.slots, key=lambda s: _common_prefix(s.tokens, job.prompt))
-        shared = _common_prefix(donor.tokens, job.prompt)
+        keep = common_prefix(slot.tokens, job.prompt)
+        donor = max(self.slots, key=lambda s: common_prefix(s.tokens, job.prompt))
+        shared = common_prefix(donor.tokens, job.prompt)
         if donor is not slot and shared >= keep + COPY_MIN:
             self.lib.llama_memory_seq_cp(self.memory, donor.seq, slot.seq, -1, -1)  # applied at the next decode
             slot.tokens = list(donor.tokens)
@@ -426,66 +333,6 @@ class BatchEngine:
         code = self.lib.llama_decode(self.ctx, self.batch)
         if code != 0:
             raise RuntimeError(f"llama_decode returned {code}")
-
-    def _make_samplers(self, job: Job) -> None:
-        lib = self.lib
-        chain = lib.llama_sampler_chain_init(lib.llama_sampler_chain_default_params())
-        if job.temperature <= 0:
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_greedy())
-        else:
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_penalties(
-                self.n_vocab, REPEAT_LAST_N, REPEAT_PENALTY, 0.0, 0.0))
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_k(TOP_K))
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_top_p(job.top_p, 1))
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_min_p(MIN_P, 1))
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_temp(job.temperature))
-            lib.llama_sampler_chain_add(chain, lib.llama_sampler_init_dist(job.seed & 0xFFFFFFFF))
-        job.chain = chain
-        if job.grammar is not None:
-            sampler = lib.llama_sampler_init_grammar(self.vocab, job.grammar.encode("utf-8"), b"root")
-            if not sampler:
-                raise CallFailed("embedded model: llama.cpp could not parse the reply grammar")
-            job.gsampler = sampler
-
-    def _sample(self, job: Job, index: int) -> int:
-        """The next token of ``job`` from the logits at batch row ``index``; the grammar is applied lazily."""
-        lib = self.lib
-        token = lib.llama_sampler_sample(job.chain, self.ctx, index)
-        if job.gsampler is None:
-            return token
-        single = self._single
-        single.id, single.logit, single.p = token, 1.0, 0.0
-        array = lib.llama_token_data_array(data=ctypes.pointer(single), size=1, selected=-1, sorted=False)
-        lib.llama_sampler_apply(job.gsampler, ctypes.byref(array))
-        if math.isinf(single.logit):  # the grammar rejects the chain's pick: resample among what it allows
-            self.stats.grammar_resamples += 1
-            logits = np.ctypeslib.as_array(lib.llama_get_logits_ith(self.ctx, index), shape=(self.n_vocab,))
-            # First the SHORTLIST likeliest tokens (the chain keeps at most TOP_K, and min_p drops the unlikely
-            # anyway): the grammar checks 256 candidates instead of 49k; the whole vocabulary only when it
-            # allows none of them (a structural token the model rates low).
-            top = np.argpartition(logits, -SHORTLIST)[-SHORTLIST:]
-            short = self._shortlist
-            short["id"], short["logit"], short["p"] = top, logits[top], 0.0
-            array = lib.llama_token_data_array(
-                data=short.ctypes.data_as(lib.llama_token_data_p), size=SHORTLIST, selected=-1, sorted=False)
-            lib.llama_sampler_apply(job.gsampler, ctypes.byref(array))
-            if np.isfinite(short["logit"]).any():
-                lib.llama_sampler_apply(job.chain, ctypes.byref(array))
-                token = int(short["id"][array.selected])
-                lib.llama_sampler_accept(job.gsampler, token)
-                return token
-            self.stats.grammar_full += 1
-            candidates = self._candidates
-            candidates["id"] = np.arange(self.n_vocab, dtype=np.intc)
-            candidates["logit"] = logits
-            candidates["p"] = 0.0
-            array = lib.llama_token_data_array(
-                data=candidates.ctypes.data_as(lib.llama_token_data_p), size=self.n_vocab, selected=-1, sorted=False)
-            lib.llama_sampler_apply(job.gsampler, ctypes.byref(array))
-            lib.llama_sampler_apply(job.chain, ctypes.byref(array))
-            token = int(candidates["id"][array.selected])
-        lib.llama_sampler_accept(job.gsampler, token)
-        return token
 
     def _advance(self, slot: Slot, index: int) -> None:
         """Sample the slot's next token from row ``index`` and end its job when it is done."""

@@ -14,15 +14,15 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from pipeline.errors import redact
+from pipeline.llm.asks import call_label, reasked, resampled, validate_reply
 from pipeline.llm.backends import Backend, BackendReply, BackendRequest
 from pipeline.llm.cache import CacheKey, CallRecord, LLMCache
 from pipeline.llm.errors import (
@@ -31,27 +31,16 @@ from pipeline.llm.errors import (
     ConfigError,
     ContentRejected,
     LLMError,
-    RateLimited,
-    TransientError,
-    TransportFailed,
 )
 from pipeline.llm.factory import make_backend, resolve_backend_string
-from pipeline.llm.limits import Runtime, Throttle
+from pipeline.llm.limits import Runtime
+from pipeline.llm.notices import finished
+from pipeline.llm.transport import Transport
 from pipeline.prompting import PromptEnv, PromptSpec
-from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings, TokenCount, UsageSummary
 
 __all__ = ["LLM", "LLMError", "ConfigError", "CacheMiss", "CallFailed", "LLMSettings", "UsageSummary", "ChatReply"]
 
-# Called with (stage, count) as each call finishes, cached or not, from whichever thread ran it: a live
-# progress display listens here (see `listen`).
-_LISTENERS: list[Callable[[str, TokenCount], None]] = []
-# Called with one line when a call waits long (a 429's Retry-After): the CLI's display shows it above its
-# bars; with no listener it goes to stderr.
-_NOTICES: list[Callable[[str], None]] = []
-NOTICE_WAIT_S = 5.0
-REASK = "Your previous reply was rejected: {problem}\nReply again with a corrected answer to the request above."
-RESAMPLE = "(An earlier answer to this was rejected: {problem}.)"
 CHAT_FINGERPRINT = "free-text-chat"
 
 
@@ -66,7 +55,7 @@ class ChatReply(BaseModel):
     cached: bool = False
 
 
-class LLM:
+class LLM(Transport):
     """A gateway bound to one backend, one cache and one prompts folder; records usage per instance."""
 
     def __init__(
@@ -313,7 +302,7 @@ class LLM:
         try:
             for ask in range(self.settings.reask + 1):
                 reply = await self._send(request, count)
-                output, problem = _validate(reply, spec.output)
+                output, problem = validate_reply(reply, spec.output)
                 if output is not None:
                     self._store(spec, request, reply, output, count, started)
                     self._record(stage, count)
@@ -327,9 +316,9 @@ class LLM:
                 if ask < self.settings.reask:
                     count.reasks += 1
                     if getattr(self.backend, "reask_with_reply", True):
-                        request = _reasked(request, reply, problem, ask + 1)
+                        request = reasked(request, reply, problem, ask + 1)
                     else:
-                        request = _resampled(request, problem, ask + 1)
+                        request = resampled(request, problem, ask + 1)
             raise ContentRejected(f"{spec.name}: no valid output after {ask + 1} asks: {problem}")
         except LLMError as exc:
             count.failures += 1
@@ -350,75 +339,6 @@ class LLM:
         raised = replace(request, max_tokens=min(2 * request.max_tokens, ceiling))
         return raised if self._cap(raised) > self._cap(request) else None
 
-    async def _send(self, request: BackendRequest, count: TokenCount) -> BackendReply:
-        """One answer from the backend, retrying transport failures with backoff and jitter."""
-        throttle = self._throttle()
-        # The estimate only feeds a tokens-per-minute budget; without one, skip the tokenizer pass.
-        estimate = count_tokens("\n".join(m["content"] for m in request.messages)) if throttle.tokens else 0
-        error: Exception | None = None
-        bound = self.settings.call_timeout_s if self._timeout() is not None else None
-        deadline = time.monotonic() + bound if bound else None
-        for retry in range(self.settings.max_retries + 1):
-            if retry:
-                delay = self._delay(retry, error)
-                if deadline is not None and time.monotonic() + max(delay, throttle.paused_until - time.monotonic()) \
-                        >= deadline:
-                    raise TransportFailed(f"no answer within llm.call_timeout_s ({bound:g} s) after {retry} "
-                                          f"tries: {_describe(error)}")
-                count.retries += 1
-                await asyncio.sleep(delay)
-            self.runtime.check()
-            await throttle.ready(estimate)
-            attempt = _with_attempt(request, retry)
-            async with throttle.slots:
-                self.runtime.check()  # a call that waited for its slot while the run was stopped
-                count.backend_calls += 1
-                timeout = self._timeout()
-                if deadline is not None:
-                    timeout = max(0.001, min(timeout, deadline - time.monotonic()))
-                try:
-                    reply = await asyncio.wait_for(self.backend.complete(attempt), timeout)
-                except RateLimited as exc:
-                    self._pause(throttle, exc, retry)
-                    error = exc
-                    continue
-                except (TransientError, TimeoutError) as exc:
-                    error = exc
-                    continue
-            count.input_tokens += reply.input_tokens
-            count.output_tokens += reply.output_tokens
-            throttle.charge(reply.input_tokens + reply.output_tokens - estimate)
-            return reply
-        raise TransportFailed(f"transport failed after {self.settings.max_retries + 1} tries: {_describe(error)}")
-
-    def _pause(self, throttle: Throttle, exc: RateLimited, retry: int) -> None:
-        """Pause the backend for a 429: its Retry-After, capped at ``max_retry_after_s``; a long wait is said."""
-        asked = exc.retry_after_s
-        wait = min(asked if asked is not None else self._delay(retry + 1, exc), self.settings.max_retry_after_s)
-        before = max(throttle.paused_until, time.monotonic())  # the end of the pause in force, if any
-        throttle.pause(wait)
-        if throttle.paused_until - before >= NOTICE_WAIT_S:  # a long new wait: once per pause, not per caller
-            capped = f" (it asked for {asked:g} s; llm.max_retry_after_s caps it)" if asked and asked > wait else ""
-            notice(f"{self.name}: the server is rate-limiting (HTTP 429): waiting {wait:.0f} s before sending "
-                   f"again{capped}")
-
-    def _timeout(self) -> float | None:
-        """The transport timeout of one try; a backend with ``transport_timeout = False`` (the embedded model,
-        bounded by its token cap) has none."""
-        return self.settings.timeout_s if getattr(self.backend, "transport_timeout", True) else None
-
-    def _delay(self, retry: int, error: Exception | None) -> float:
-        """Exponential backoff with jitter; a 429 already paused the backend, so it adds only jitter."""
-        if isinstance(error, RateLimited) and error.retry_after_s is not None:
-            return self._jitter.uniform(0, 0.01)
-        base = min(self.settings.backoff_max_s, self.settings.backoff_s * 2 ** (retry - 1))
-        return base * self._jitter.uniform(0.5, 1.0)
-
-    def _throttle(self) -> Throttle:
-        s = self.settings
-        identity = (self.backend.provider, self.backend.model, getattr(self.backend, "base_url", None))
-        return self.runtime.throttle(identity, s.max_concurrency, s.rpm, s.tpm)
-
     def _cost(self, count: TokenCount) -> float:
         price = self.settings.prices.get(self.backend.model) or self.settings.prices.get(self.name)
         if price is None:
@@ -429,8 +349,7 @@ class LLM:
         count.cost_usd = self._cost(count)
         with self._usage_lock:
             self._usage.record(stage, self.name, count)
-        for listener in list(_LISTENERS):
-            listener(stage, count)
+        finished(stage, count)
 
     def _store(self, spec, request, reply, output, count, started) -> None:
         self.cache.put(CallRecord(
@@ -451,98 +370,3 @@ class LLM:
         ))
 
 
-def call_label(spec: PromptSpec) -> str:
-    """What the cache records as a call's spec: its name and output model, e.g.
-    ``expand_persona.inventory/InventoryDraft10`` (sized outputs carry their size, so the plan can tell
-    a 10-item inventory call from a 4-item one)."""
-    return f"{spec.name}/{spec.output.__name__}"
-
-
-def first_ask(messages: list[dict[str, str]]) -> list[dict[str, str]]:
-    """The messages of a call's first ask, from those of any later ask (`_reasked`, `_resampled`)."""
-    if any(m["role"] == "assistant" for m in messages):
-        messages = messages[:next(i for i, m in enumerate(messages) if m["role"] == "assistant")]
-    note = "\n\n" + RESAMPLE.split("{problem}")[0]
-    last = messages[-1]["content"] if messages else ""
-    if note in last:
-        messages = [*messages[:-1], {**messages[-1], "content": last[:last.index(note)]}]
-    return messages
-
-
-def notice(text: str) -> None:
-    """Say ``text`` (one line) to whoever watches: the notice listeners, else stderr."""
-    if _NOTICES:
-        for listener in list(_NOTICES):
-            listener(text)
-    else:
-        print(text, file=sys.stderr, flush=True)
-
-
-def listen_notices(listener: Callable[[str], None]) -> Callable[[], None]:
-    """Send the gateway's notices (long waits) to ``listener``; returns the function that stops it."""
-    _NOTICES.append(listener)
-    return lambda: _NOTICES.remove(listener) if listener in _NOTICES else None
-
-
-def listen(listener: Callable[[str, TokenCount], None]) -> Callable[[], None]:
-    """Call ``listener(stage, count)`` for every call any gateway in this process finishes; returns the
-    function that stops it. Listeners must be quick and thread-safe (calls finish on the gateway loop)."""
-    _LISTENERS.append(listener)
-    return lambda: _LISTENERS.remove(listener) if listener in _LISTENERS else None
-
-
-def _validate(reply: BackendReply, output: type[BaseModel]) -> tuple[BaseModel | None, str]:
-    """The parsed output, or None and a one-paragraph reason to feed back."""
-    if reply.finish_reason in ("length", "content_filter"):
-        return None, f"the reply stopped early (finish_reason={reply.finish_reason}); answer more briefly"
-    if reply.finish_reason == "repetition":
-        return None, "the reply fell into repeating itself and was cut off; write each part once, briefly"
-    try:
-        # strict=False: raw newlines inside strings (small models under a grammar write them) are accepted
-        data = json.loads(reply.text, strict=False)
-    except json.JSONDecodeError as exc:
-        return None, f"it is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno})"
-    try:
-        return output.model_validate(data), ""
-    except ValidationError as exc:
-        details = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'reply'}: {e['msg']}" for e in exc.errors()[:8])
-        return None, f"it did not match the required schema ({details})"
-
-
-def _reasked(request: BackendRequest, reply: BackendReply, problem: str, ask: int) -> BackendRequest:
-    """The request extended with the rejected reply (cut to what the token cap allows: a server that ignores
-    ``max_tokens`` must not have its whole reply echoed back, re-ask after re-ask) and the reason."""
-    messages = [*request.messages, {"role": "assistant", "content": _echo(reply.text, request.max_tokens)},
-                {"role": "user", "content": REASK.format(problem=problem)}]
-    return replace(request, messages=messages, attempt=100 * ask)
-
-
-ECHO_CHARS_PER_TOKEN = 4
-
-
-def _echo(text: str, max_tokens: int) -> str:
-    """``text`` as a re-ask shows it: at most about ``max_tokens`` tokens, the cut said."""
-    limit = ECHO_CHARS_PER_TOKEN * max_tokens
-    if len(text) <= limit:
-        return text
-    return f"{text[:limit]}\n[... {len(text) - limit:,} more characters cut]"
-
-
-def _resampled(request: BackendRequest, problem: str, ask: int) -> BackendRequest:
-    """The original request, the reason added to its last message and a new seed: a fresh sample for
-    backends whose rejected replies only mislead the next ask (a small local model copies its own loop)."""
-    messages = [dict(m) for m in first_ask(request.messages)]  # one note, the latest, however many asks
-    messages[-1]["content"] = f"{messages[-1]['content']}\n\n{RESAMPLE.format(problem=problem)}"
-    return replace(request, messages=messages, seed=request.seed + 1000 * ask, attempt=100 * ask)
-
-
-def _with_attempt(request: BackendRequest, retry: int) -> BackendRequest:
-    """`attempt` numbers tries as 100 * re-ask + transport retry (seeds the fake backend's faults)."""
-    return replace(request, attempt=request.attempt - request.attempt % 100 + retry)
-
-
-def _describe(error: Exception | None) -> str:
-    """One line naming a transport error."""
-    if isinstance(error, TimeoutError):
-        return "timed out"
-    return redact(str(error).splitlines()[0]) if error and str(error) else type(error).__name__

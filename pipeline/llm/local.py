@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from pipeline.llm.backends import BackendReply, BackendRequest
-from pipeline.llm.engine import ENGINE, BatchEngine, Job, looping  # noqa: F401  (looping: re-exported)
+from pipeline.llm.engine import ENGINE, BatchEngine
 from pipeline.llm.errors import ConfigError
 from pipeline.llm.limits import Runtime
+from pipeline.llm.slots import Job
 from schemas.llm import LLMSettings
 
 # llama.cpp's OpenMP threads spin while they wait for the next operation. Spinning without bound beside

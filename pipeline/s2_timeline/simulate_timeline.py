@@ -7,7 +7,8 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 from pipeline.catalog import item_fit, load_catalog, load_taxonomy
-from pipeline.life_state import apply, code_reason, initial_state, unmet
+from pipeline.life_state import apply, code_reason, initial_state
+from pipeline.s2_timeline.events import catalog_facets, event_index
 from pipeline.s2_timeline.periods import PeriodWindow, history_start, period_windows
 from schemas.catalog import Effect, InventoryItem, LifeEventSpec, Taxonomy
 from schemas.config import RunConfig
@@ -23,54 +24,6 @@ TURN_LEAD = 1  # how many more views a persona may turn from one stance than fro
 HELD_CHOICES = 3  # events that can turn a held view compared, the one turning more of the run's topics kept
 TURNABLE_WEIGHT = 4.0  # a held item some event names is this many times likelier to be drawn than one none names
 TURNERS_FULL = 3  # ... when at least this many events name it; fewer, proportionally less (one: no more likely)
-
-
-class _EventIndex:
-    """The taxonomy's events with the items each turns (and by which effect), and per run topic list their
-    reach: built once."""
-
-    def __init__(self, taxonomy: Taxonomy, topics: tuple[str, ...], facets: dict):
-        self.events = [(c, spec) for c in sorted(taxonomy.life_event_categories)
-                       for spec in taxonomy.life_event_categories[c].events]
-        # (summary, topic) -> item -> the effect that turns it: only the items the event names
-        self.named: dict[tuple[str, str], dict[str, Effect]] = {}
-        self.topics: dict[str, set[str]] = {spec.summary: set() for _, spec in self.events}
-        # (topic, item) -> the directions events turn it; its keys are the items some event can turn
-        self.ways: dict[tuple[str, str], set[str]] = {}
-        # (topic, item) -> how many events name it
-        self.turners: Counter[tuple[str, str]] = Counter()
-        for _, spec in self.events:
-            for (topic, item), effect in spec.item_effects(taxonomy.topic_aliases, facets).items():
-                self.named.setdefault((spec.summary, topic), {})[item] = effect
-                self.topics[spec.summary].add(topic)
-                self.ways.setdefault((topic, item), set()).add(effect.direction)
-                self.turners[(topic, item)] += 1
-        self.reach = {k: len(v & set(topics)) for k, v in self.topics.items()}
-        self._allowed: dict[tuple, list[tuple[str, LifeEventSpec]]] = {}
-
-    def allowed(self, state: dict[str, str], age: int | None) -> list[tuple[str, LifeEventSpec]]:
-        """The events whose preconditions hold in ``state`` at ``age`` (memoized: states repeat a lot)."""
-        key = (tuple(sorted(state.items())), age)
-        if key not in self._allowed:
-            self._allowed[key] = [(c, spec) for c, spec in self.events if unmet(spec, state, age) is None]
-        return self._allowed[key]
-
-
-_INDEXES: dict[tuple[int, tuple[str, ...]], _EventIndex] = {}
-_FACETS: dict[int, dict] = {}
-
-
-def _catalog_facets(catalog) -> dict:
-    if id(catalog) not in _FACETS:
-        _FACETS[id(catalog)] = catalog.item_facets()
-    return _FACETS[id(catalog)]
-
-
-def _event_index(taxonomy: Taxonomy, topics: list[str], facets: dict) -> _EventIndex:
-    key = (id(taxonomy), tuple(topics))
-    if key not in _INDEXES:
-        _INDEXES[key] = _EventIndex(taxonomy, tuple(topics), facets)
-    return _INDEXES[key]
 
 
 def simulate_timeline(
@@ -121,7 +74,7 @@ class _Simulation:
         self.fits = item_fit(catalog, persona.attributes)
         self.inventory = {t: [i for i in items if self.fits(t, i.name)] for t, items in inventory.items()}
         self.facet_words = catalog.facets
-        self.index = _event_index(taxonomy, config.topics, _catalog_facets(catalog))
+        self.index = event_index(taxonomy, config.topics, catalog_facets(catalog))
 
     # -- initial state ---------------------------------------------------------------------------
     def initial_preferences(self, start: datetime) -> None:
@@ -260,29 +213,33 @@ class _Simulation:
             category, spec, plan = found
             changes = [plan]
             if self.s.max_topics_per_event > 1 and self.rng.random() < self.s.cross_topic_fraction:
-                # the event's other topics, the period's own targets first; a change outside them takes
-                # the place of a target not reached yet, so a period changes as many topics as before
-                named = self.index.topics[spec.summary] & set(self.config.topics)
-                others = sorted(named - done - {first})
-                self.rng.shuffle(others)
-                others.sort(key=lambda t: t not in targets)
-                for topic in others:
-                    if len(changes) >= self.s.max_topics_per_event:
-                        break
-                    extra = self._pick_change(topic, spec, changed | {c[1] for c in changes}) or self._pick_change(
-                        topic, spec, changed | {c[1] for c in changes}, "fresh")
-                    if extra is not None:
-                        changes.append(extra)
-                        if topic not in targets:
-                            pending = [t for t in targets if t not in done and t != first
-                                       and t not in {c[0].topic for c in changes}]
-                            if pending:
-                                done.add(pending[-1])
+                self._other_topics(first, spec, changes, changed, targets, done)
             life = self._life_event(window, category, spec, times.pop(0))
             for change in changes:
                 done.add(change[0].topic)
                 self._update(window, life, spec, change, changed)
         self._routines(window)
+
+    def _other_topics(self, first: str, spec: LifeEventSpec, changes: list, changed: set[str], targets: list[str],
+                      done: set[str]) -> None:
+        """Add to ``changes`` the event's changes of its other topics, the period's own targets first; a change
+        outside them takes the place of a target not reached yet, so a period changes as many topics as before."""
+        named = self.index.topics[spec.summary] & set(self.config.topics)
+        others = sorted(named - done - {first})
+        self.rng.shuffle(others)
+        others.sort(key=lambda t: t not in targets)
+        for topic in others:
+            if len(changes) >= self.s.max_topics_per_event:
+                break
+            taken = changed | {c[1] for c in changes}
+            extra = self._pick_change(topic, spec, taken) or self._pick_change(topic, spec, taken, "fresh")
+            if extra is None:
+                continue
+            changes.append(extra)
+            if topic not in targets:
+                pending = [t for t in targets if t not in done and t != first and t not in {c[0].topic for c in changes}]
+                if pending:
+                    done.add(pending[-1])
 
     def _cause_for(self, topic: str, changed: set[str]):
         """(category, event, change) for a life event that can change ``topic`` now, or None.
@@ -308,19 +265,25 @@ class _Simulation:
                 # a held preference may be turned by any of the next few windows' events; a new view only
                 # by this window's, so one with rare effects is not drawn for every persona
                 span = len(candidates) if mode == "long" else CANDIDATE_WINDOW * (HELD_WINDOWS if mode != "fresh" else 1)
-                fits = []
-                for category, spec in candidates[start:start + span]:
-                    plan = self._pick_change(topic, spec, changed, mode)
-                    if plan is not None:
-                        fits.append((category, spec, plan))
-                        if mode == "fresh" or len(fits) == HELD_CHOICES:
-                            break
+                fits = self._fits(topic, candidates[start:start + span], changed, mode)
                 if fits:
                     # of the first few events that can turn a held view, one turning the stance this persona has
                     # turned less often (so a changed chain's first stance does not tell its direction), then one
                     # that changes more topics
                     return max(fits, key=lambda fit: (self._rarer_turn(fit[2]), self._reach(fit[1])))
         return None
+
+    def _fits(self, topic: str, candidates: list[tuple[str, LifeEventSpec]], changed: set[str], mode: str) -> list:
+        """(category, event, change) of the first ``candidates`` that find a change of ``mode``: the first one for a
+        new view, up to ``HELD_CHOICES`` for a held one."""
+        fits = []
+        for category, spec in candidates:
+            plan = self._pick_change(topic, spec, changed, mode)
+            if plan is not None:
+                fits.append((category, spec, plan))
+                if mode == "fresh" or len(fits) == HELD_CHOICES:
+                    break
+        return fits
 
     def _lead(self, stance: str) -> int:
         """How many more held views this persona has turned away from ``stance`` than from the other stance."""

@@ -11,8 +11,9 @@ from datetime import datetime
 from pydantic import BaseModel
 
 from pipeline.s4_queries.facts import Facts, TurnRef
+from pipeline.s4_queries.options import FORGETFUL_TYPES, FORGETFUL_WEIGHT, VARIANTS, Built, OptionPlan
 from pipeline.s4_queries.sources import Pools, shadow_timelines
-from pipeline.s4_queries.types import BUILDERS, FORGETFUL_TYPES, FORGETFUL_WEIGHT, VARIANTS, Built, OptionPlan
+from pipeline.s4_queries.types import BUILDERS
 from pipeline.words import keywords, topic_label
 from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig

@@ -19,79 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
-
-from pydantic import BaseModel
 
 from pipeline.s4_queries.facts import Facts
-from pipeline.words import topic_label
-from schemas.query import ABSENT, OptionRole
+from pipeline.s4_queries.options import FORGOT, Builder, Built, OptionPlan, Variant, built, did, option
+from pipeline.words import PAST, PRESENT, topic_label
+from schemas.query import ABSENT
 from schemas.timeline import PreferenceVersion
-
-PRESENT = {"like": "enjoy", "dislike": "avoid"}
-PAST = {"like": "enjoyed", "dislike": "avoided"}
-FORGOT = "I do not recall you sharing anything like that so far."
-
-
-class OptionPlan(BaseModel):
-    """One option decided in code: role, grounding ids, and plain wording."""
-
-    role: OptionRole
-    grounding: list[str]
-    text: str
-
-
-class Built(BaseModel):
-    """A type builder's result before ordering: the correct option first, distractors by priority."""
-
-    ask: str
-    ask_plain: str
-    answer: str
-    options: list[OptionPlan]
-    keys: list[str]
-    n_pref_updates: int = 0
-    form: Variant = "statement"
-
-
-Builder = Callable[..., Built | None]
-Variant = Literal["statement", "abstention", "no_change"]
-VARIANTS: dict[str, tuple[str, ...]] = {  # the variants besides "statement" each type has
-    "recall_user_shared_facts": ("abstention",),
-    "acknowledge_latest_preferences": ("abstention",),
-    "track_full_preference_evolution": ("no_change", "abstention"),
-    "revisit_reasons_behind_preference_updates": ("no_change",),
-}
-FORGETFUL_TYPES = ("recall_user_shared_facts", "acknowledge_latest_preferences", "track_full_preference_evolution")
-# how many statements show the forgetful reply per abstention: n - 1 where it is one option of n (so it is
-# right at the rate of any option); 1 for acknowledge, whose forgetful pair shows "not said" twice; 0 =
-# always shown (track: its abstention share is the rate of one option, and a query without the reply
-# would be known to be no abstention)
-FORGETFUL_WEIGHT = {"acknowledge_latest_preferences": 1, "track_full_preference_evolution": 0}
-
-
-def did(summary: str) -> str:
-    """An event summary after "you": ``was told ...`` -> ``were told ...``."""
-    return f"were {summary[4:]}" if summary.startswith("was ") else summary
-
-
-def _opt(role: OptionRole, grounding: list[str], text: str) -> OptionPlan:
-    return OptionPlan(role=role, grounding=grounding, text=text)
-
-
-def _built(facts: Facts, ask: tuple[str, str], answer: str, options: list[OptionPlan], keys: list[str],
-           updates: int = 0, form: Variant = "statement") -> Built | None:
-    """A Built with distinct option texts, cut to n_options; None when too few distractors."""
-    seen, unique = set(), []
-    for o in options:
-        if o.text.casefold() not in seen:
-            seen.add(o.text.casefold())
-            unique.append(o)
-    if len(unique) < facts.n_options:
-        return None
-    kept = unique[: facts.n_options]
-    grounded = {g for o in kept for g in o.grounding}
-    return Built(ask=ask[0], ask_plain=ask[1], answer=answer, options=kept, keys=[k for k in keys if k in grounded],
-                 n_pref_updates=updates, form=form)
 
 
 # -- 1. recall_user_shared_facts ----------------------------------------------------------------------
@@ -111,7 +44,7 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
     if variant == "abstention":
         if facts.told_by(topic, as_of):
             return None
-        head = [_opt("correct", [f"{ABSENT}topic:{topic}"], FORGOT)]
+        head = [option("correct", [f"{ABSENT}topic:{topic}"], FORGOT)]
         answer, keys = FORGOT, []
         told = [facts.timeline.event(e).kind for t in facts.by_topic for e in facts.told_events(t)]
         kind = "life_event" if rng.random() < (told.count("life_event") / len(told) if told else 0.5) else "routine"
@@ -121,8 +54,8 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
         event = facts.timeline.event(focal)
         if event.time >= as_of:
             return None
-        head = [_opt("correct", [focal], frame.format(did(event.summary)))]
-        head += [_opt("forgetful", [], FORGOT)] if forgetful else []
+        head = [option("correct", [focal], frame.format(did(event.summary)))]
+        head += [option("forgetful", [], FORGOT)] if forgetful else []
         answer, keys, kind = event.summary, [focal], event.kind
         versions = {v.key: v for v in facts.timeline.preferences}
         like = next((versions[k].item for k in event.pref_refs if k in versions), None)
@@ -130,10 +63,10 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
     rng.shuffle(decoys)
     routines = facts.pools.unlived_routines(topic, rng, facts.n_options, like)
     others = (routines + decoys) if kind == "routine" else (decoys + routines)  # the answer's kind first
-    options = head + [_opt("generic", [f"taxonomy:{s}"], frame.format(did(s))) for s in others]
+    options = head + [option("generic", [f"taxonomy:{s}"], frame.format(did(s))) for s in others]
     asked = "Can you remind me what I have been doing lately around {label}?"
     ask = (asked, asked.format(label=topic_label(topic)))  # the topic named in every form, abstention or not
-    return _built(facts, ask, answer, options, keys, form=variant)
+    return built(facts, ask, answer, options, keys, form=variant)
 
 
 # -- 2. suggest_new_ideas -------------------------------------------------------------------------------
@@ -154,14 +87,14 @@ def suggest_new_ideas(facts: Facts, topic: str, _focal: str, as_of: datetime, rn
     if not fresh:
         return None
     frame = "How about trying {}? It would be a fresh pick for you."
-    options = [_opt("correct", [f"{'inventory' if spare else 'catalog'}:{fresh[0]}"], frame.format(fresh[0]))]
-    options += [_opt("outdated_preference", [v.key], frame.format(v.item)) for v in outdated[:1]]
-    options += [_opt("already_done", [v.key], frame.format(v.item)) for v in held if v.stance == "like"]
-    options += [_opt("violates_preference", [v.key], frame.format(v.item)) for v in held if v.stance == "dislike"]
+    options = [option("correct", [f"{'inventory' if spare else 'catalog'}:{fresh[0]}"], frame.format(fresh[0]))]
+    options += [option("outdated_preference", [v.key], frame.format(v.item)) for v in outdated[:1]]
+    options += [option("already_done", [v.key], frame.format(v.item)) for v in held if v.stance == "like"]
+    options += [option("violates_preference", [v.key], frame.format(v.item)) for v in held if v.stance == "dislike"]
     ask = ("I want to try something different with {label}. What would you put forward?",
            "I want to try something different. What would you put forward?")
     updates = facts.updates(outdated[0].pref_id, as_of) if outdated else 0
-    return _built(facts, ask, fresh[0], options, [v.key for v in held + outdated[:1]], updates)
+    return built(facts, ask, fresh[0], options, [v.key for v in held + outdated[:1]], updates)
 
 
 # -- 3. acknowledge_latest_preferences --------------------------------------------------------------------
@@ -187,32 +120,32 @@ def acknowledge_latest_preferences(facts: Facts, topic: str, focal: str, as_of: 
             return None
         other = rng.choice(held)
         form = PRESENT[_flip(other.stance)]
-        options = [_opt("correct", [f"{ABSENT}{focal}"], unsure.format(focal)),
-                   _opt("generic", [], frame.format(form, focal)),
-                   _opt("violates_preference", [other.key], frame.format(form, other.item)),
-                   _opt("generic", [other.key], unsure.format(other.item))]
-        return _built(facts, ASK_STANCE, focal, options + others, [], form=variant)
+        options = [option("correct", [f"{ABSENT}{focal}"], unsure.format(focal)),
+                   option("generic", [], frame.format(form, focal)),
+                   option("violates_preference", [other.key], frame.format(form, other.item)),
+                   option("generic", [other.key], unsure.format(other.item))]
+        return built(facts, ASK_STANCE, focal, options + others, [], form=variant)
     current, previous = facts.current_and_previous(focal, as_of)
     if current is None:
         return None
     item, said = current.item, PRESENT[current.stance]
-    flip = (_opt("outdated_preference", [previous.key], frame.format(PRESENT[previous.stance], item)) if previous
-            else _opt("violates_preference", [current.key], frame.format(PRESENT[_flip(current.stance)], item)))
+    flip = (option("outdated_preference", [previous.key], frame.format(PRESENT[previous.stance], item)) if previous
+            else option("violates_preference", [current.key], frame.format(PRESENT[_flip(current.stance)], item)))
     keys = [current.key] + ([previous.key] if previous else [])
     opposite = [v for v in facts.held(topic, as_of) if v.stance != current.stance and facts.refs([v.key], as_of)]
     if forgetful and opposite:
         other = rng.choice(opposite)
-        options = [_opt("correct", [current.key], frame.format(said, item)),
-                   _opt("forgetful", [], unsure.format(item)),
-                   _opt("violates_preference", [other.key], frame.format(said, other.item)),
-                   _opt("generic", [other.key], unsure.format(other.item))]
-        return _built(facts, ASK_STANCE, item, options + others, keys, facts.updates(current.pref_id, as_of))
+        options = [option("correct", [current.key], frame.format(said, item)),
+                   option("forgetful", [], unsure.format(item)),
+                   option("violates_preference", [other.key], frame.format(said, other.item)),
+                   option("generic", [other.key], unsure.format(other.item))]
+        return built(facts, ASK_STANCE, item, options + others, keys, facts.updates(current.pref_id, as_of))
     decoy = facts.decoy_item(topic, focal, item)
     if decoy is None:
         return None
-    options = [_opt("correct", [current.key], frame.format(said, item)), flip,
-               *[_opt("generic", [f"inventory:{decoy}"], frame.format(PRESENT[s], decoy)) for s in ("like", "dislike")]]
-    return _built(facts, ASK_STANCE, item, options + others, keys, facts.updates(current.pref_id, as_of))
+    options = [option("correct", [current.key], frame.format(said, item)), flip,
+               *[option("generic", [f"inventory:{decoy}"], frame.format(PRESENT[s], decoy)) for s in ("like", "dislike")]]
+    return built(facts, ASK_STANCE, item, options + others, keys, facts.updates(current.pref_id, as_of))
 
 
 ASK_STANCE = ("Where do I stand these days on {label}, as far as you know?",
@@ -222,7 +155,7 @@ ASK_STANCE = ("Where do I stand these days on {label}, as far as you know?",
 def _other_persona(facts: Facts, topic: str, rng, word: Callable[[PreferenceVersion], str]) -> list[OptionPlan]:
     versions = facts.pools.shadow_current(topic)
     rng.shuffle(versions)
-    return [_opt("other_persona", [pid, v.key], word(v)) for pid, v in versions]
+    return [option("other_persona", [pid, v.key], word(v)) for pid, v in versions]
 
 
 def _flip(stance: str) -> str:
@@ -286,24 +219,24 @@ def track_full_preference_evolution(facts: Facts, topic: str, focal: str, as_of:
         made = [rng.choice(["like", "dislike"])]
         while len(made) < rng.choices([2, 3, 4], weights=[16, 3, 1])[0]:
             made.append(_flip(made[-1]))
-        options = [_opt("correct", [f"{ABSENT}{focal}"], first.format(focal))]
+        options = [option("correct", [f"{ABSENT}{focal}"], first.format(focal))]
         shown = chain_set(made, 3, rng)
-        options += [_opt("wrong_sequence", [], chain_text(focal, w)) for w in shown + [_extend(_extend(w)) for w in shown]]
-        return _built(facts, ask, focal, options, [], form=variant)
+        options += [option("wrong_sequence", [], chain_text(focal, w)) for w in shown + [_extend(_extend(w)) for w in shown]]
+        return built(facts, ask, focal, options, [], form=variant)
     chain = [v for v in facts.timeline.versions(focal) if v.valid_from <= as_of]
     if not chain or (len(chain) < 2) != (variant == "no_change"):
         return None
     item, stances = chain[-1].item, [v.stance for v in chain]
     keys = [v.key for v in chain]
     shown = chain_set(stances, facts.n_options - 1 if forgetful else facts.n_options, rng)
-    options = [_opt("correct", keys, chain_text(item, stances))]
+    options = [option("correct", keys, chain_text(item, stances))]
     for w in shown[1:]:
         outdated = len(w) < len(stances) and w == stances[: len(w)]
-        options.append(_opt("outdated_preference", keys[: len(w)], chain_text(item, w)) if outdated
-                       else _opt("wrong_sequence", [], chain_text(item, w)))
-    options += [_opt("forgetful", [], first.format(item))] if forgetful else []
-    options += [_opt("wrong_sequence", [], chain_text(item, _extend(_extend(w)))) for w in shown]  # beyond 4
-    return _built(facts, ask, item, options, keys, len(chain) - 1, form=variant)
+        options.append(option("outdated_preference", keys[: len(w)], chain_text(item, w)) if outdated
+                       else option("wrong_sequence", [], chain_text(item, w)))
+    options += [option("forgetful", [], first.format(item))] if forgetful else []
+    options += [option("wrong_sequence", [], chain_text(item, _extend(_extend(w)))) for w in shown]  # beyond 4
+    return built(facts, ask, item, options, keys, len(chain) - 1, form=variant)
 
 
 # -- 5. revisit_reasons_behind_preference_updates -------------------------------------------------------------
@@ -328,16 +261,16 @@ def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: s
     item = current.item
     wrong = facts.decoy_reasons(focal, as_of, facts.n_options - (1 if cause is None else 2))
     if cause is None:
-        options = [_opt("correct", [current.key], still.format(item, PRESENT[current.stance]))]
+        options = [option("correct", [current.key], still.format(item, PRESENT[current.stance]))]
     else:
-        options = [_opt("correct", [current.key, cause.event_id], frame.format(item, did(cause.summary)))]
-    options += [_opt("wrong_reason", [g], frame.format(item, did(s))) for g, s in wrong]
+        options = [option("correct", [current.key, cause.event_id], frame.format(item, did(cause.summary)))]
+    options += [option("wrong_reason", [g], frame.format(item, did(s))) for g, s in wrong]
     if cause is not None:
-        options.append(_opt("outdated_preference", [previous.key], still.format(item, PRESENT[previous.stance])))
+        options.append(option("outdated_preference", [previous.key], still.format(item, PRESENT[previous.stance])))
     named = item.replace("{", "(").replace("}", ")")
     ask = (f"Has my view of {named} shifted at some point, and if so, what was behind it?",) * 2
     answer = cause.summary if cause else options[0].text
-    return _built(facts, ask, answer, options, [current.key], facts.updates(current.pref_id, as_of), form=variant)
+    return built(facts, ask, answer, options, [current.key], facts.updates(current.pref_id, as_of), form=variant)
 
 
 # -- 6. provide_preference_aligned_recommendations ----------------------------------------------------------
@@ -374,15 +307,15 @@ def provide_preference_aligned_recommendations(facts: Facts, topic: str, pref: s
         return recommend_text(thing, stance, alt[thing])
 
     grounded = [f"inventory:{decoy}"]
-    options = [_opt("correct", [current.key, f"inventory:{alt[item]}"], text(item, current.stance)),
-               _opt("outdated_preference", [previous.key], text(item, previous.stance)) if previous
-               else _opt("violates_preference", [current.key], text(item, _flip(current.stance))),
-               *[_opt(role if s == "like" else "generic", grounded, text(decoy, s)) for s in ("like", "dislike")]]
-    options += [_opt("other_persona", [pid, v.key], recommend_text(v.item, v.stance, spare[-1]))  # beyond 4
+    options = [option("correct", [current.key, f"inventory:{alt[item]}"], text(item, current.stance)),
+               option("outdated_preference", [previous.key], text(item, previous.stance)) if previous
+               else option("violates_preference", [current.key], text(item, _flip(current.stance))),
+               *[option(role if s == "like" else "generic", grounded, text(decoy, s)) for s in ("like", "dislike")]]
+    options += [option("other_persona", [pid, v.key], recommend_text(v.item, v.stance, spare[-1]))  # beyond 4
                 for pid, v in facts.pools.shadow_current(topic) if v.item not in (item, decoy)]
     ask = ("Could you recommend something for me in {label}?", "Could you recommend something for me?")
     keys = [current.key] + ([previous.key] if previous else [])
-    return _built(facts, ask, item, options, keys, facts.updates(current.pref_id, as_of))
+    return built(facts, ask, item, options, keys, facts.updates(current.pref_id, as_of))
 
 
 # -- 7. generalize_to_new_scenarios -------------------------------------------------------------------------
@@ -431,16 +364,16 @@ def generalize_to_new_scenarios(facts: Facts, topic: str, pref: str, as_of: date
     item = current.item
     (g, s), now, then = decoy[0], PRESENT[current.stance], PRESENT[previous.stance]
     options = [
-        _opt("correct", [current.key, cause.event_id], frame.format(did(cause.summary), now, item)),
-        _opt("outdated_preference", [previous.key, cause.event_id], frame.format(did(cause.summary), then, item)),
-        _opt("wrong_reason", [g], frame.format(did(s), now, item)),
-        _opt("wrong_reason", [g], frame.format(did(s), then, item)),
+        option("correct", [current.key, cause.event_id], frame.format(did(cause.summary), now, item)),
+        option("outdated_preference", [previous.key, cause.event_id], frame.format(did(cause.summary), then, item)),
+        option("wrong_reason", [g], frame.format(did(s), now, item)),
+        option("wrong_reason", [g], frame.format(did(s), then, item)),
     ]
-    options += [_opt("wrong_reason", [g2], frame.format(did(s2), stance, item))  # beyond 4
+    options += [option("wrong_reason", [g2], frame.format(did(s2), stance, item))  # beyond 4
                 for (g2, s2), stance in zip(decoy[1:], [now, then] * facts.n_options, strict=False)]
     where = situation(topic, rng)
     ask = (f"{where} What would you keep in mind for me?",) * 2
-    return _built(facts, ask, cause.summary, options, [current.key], facts.updates(current.pref_id, as_of))
+    return built(facts, ask, cause.summary, options, [current.key], facts.updates(current.pref_id, as_of))
 
 
 BUILDERS: dict[str, Builder] = {
