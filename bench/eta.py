@@ -32,7 +32,7 @@ def measure(root: Path) -> tuple[float, float, int]:
     from pipeline.config import load_config
     from pipeline.llm import LLM
     from pipeline.run.estimate import estimate_run
-    from pipeline.run.jobs import RunSpec
+    from pipeline.run.spec import RunSpec
     from schemas.llm import LLMSettings
     from tests.support.openai_server import OpenAIServer
 

@@ -31,7 +31,8 @@ def _timed_run(spec) -> tuple[float, dict]:
 
 def _timed_probe(spec) -> float:
     """The publish step's probe and filter alone, over the first run's personas (from their checkpoints)."""
-    from pipeline.run.jobs import probe_and_filter, reuse_checkpoints
+    from pipeline.run.jobs import reuse_checkpoints
+    from pipeline.run.publish import probe_and_filter
     from pipeline.s1_personas.sample_personas import sample_personas
 
     config = spec.config
@@ -46,7 +47,7 @@ def run() -> list[dict]:
     from prefect.testing.utilities import prefect_test_harness
 
     from pipeline.config import load_config
-    from pipeline.run.jobs import RunSpec
+    from pipeline.run.spec import RunSpec
     from schemas.llm import LLMSettings
 
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "ERROR")

@@ -30,7 +30,7 @@ def _timed(spec, **runner) -> tuple[float, dict]:
 
 def _spec(root: Path):
     from pipeline.config import load_config
-    from pipeline.run.jobs import RunSpec
+    from pipeline.run.spec import RunSpec
     from schemas.llm import LLMSettings
 
     settings = LLMSettings(llm="fake", cache_path=root / "cache" / "llm.sqlite")

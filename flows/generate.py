@@ -23,22 +23,12 @@ from pipeline.dataset.publishing import PUBLISHED
 from pipeline.errors import UserError, redact
 from pipeline.llm.errors import ConfigError
 from pipeline.llm.limits import Runtime
+from pipeline.run.card_stats import run_summary
 from pipeline.run.cluster import DaskSettings, open_pool, remote_personas
-from pipeline.run.jobs import (
-    JobResult,
-    RunSpec,
-    check_failures,
-    check_unanswered,
-    complete_filler,
-    default_workers,
-    filler_inputs,
-    filler_job,
-    model_name,
-    persona_job,
-    publish_run,
-    reuse_checkpoints,
-    run_summary,
-)
+from pipeline.run.filler import complete_filler, filler_inputs
+from pipeline.run.jobs import JobResult, filler_job, persona_job, reuse_checkpoints
+from pipeline.run.publish import check_failures, check_unanswered, publish_run
+from pipeline.run.spec import RunSpec, default_workers, model_name
 from pipeline.s1_personas.sample_personas import sample_personas
 from schemas.manifest import Failure
 from schemas.persona import PersonaSeed

@@ -15,7 +15,7 @@ from flows.generate import generate_benchmark, task_runner_for
 from pipeline.config import load_config
 from pipeline.dataset import versions
 from pipeline.rng import derive_seed
-from pipeline.run.jobs import RunSpec
+from pipeline.run.spec import RunSpec
 from schemas.config import RunConfig
 from schemas.llm import LLMSettings
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import cache
+from itertools import product
 from pathlib import Path
 
 from pipeline.config import DataFileError, load_yaml_model
@@ -71,14 +72,11 @@ def _initial_values(taxonomy: Taxonomy) -> dict[str, set[str]]:
 
     out: dict[str, set[str]] = {dim: set() for dim in taxonomy.life_state}
     ages = sorted({a for band in taxonomy.age_bands for a in (band.min, band.max)})
-    for stage in taxonomy.life_stages:
-        for household in taxonomy.households:
-            for job in taxonomy.occupations:
-                for age in ages:
-                    attrs = SeedAttributes(age=age, life_stage=stage.value, household=household.value,
-                                           occupation=job.value, occupation_group=job.group)
-                    for dim, value in initial_state(attrs).items():
-                        out.setdefault(dim, set()).add(value)
+    for stage, household, job, age in product(taxonomy.life_stages, taxonomy.households, taxonomy.occupations, ages):
+        attrs = SeedAttributes(age=age, life_stage=stage.value, household=household.value, occupation=job.value,
+                               occupation_group=job.group)
+        for dim, value in initial_state(attrs).items():
+            out.setdefault(dim, set()).add(value)
     if "gender" in out:  # set from the sampled gender identity alone, whatever the other attributes
         out["gender"] |= {g.value for g in taxonomy.gender_identities}
     return out

@@ -104,8 +104,11 @@ def arrows_back_up(graph: nx.DiGraph) -> list[tuple[str, str]]:
 
 
 def nesting(node: ast.AST, depth: int = 0) -> int:
-    """How deep blocks (if, for, with, try, def, ...) nest inside ``node``."""
-    return max([depth, *(nesting(c, depth + isinstance(c, _BLOCKS)) for c in ast.iter_child_nodes(node))])
+    """How deep blocks (if, for, with, try, def, ...) nest inside ``node``; an ``elif`` is no deeper than its ``if``."""
+    def inner(child: ast.AST) -> int:
+        is_elif = isinstance(node, ast.If) and node.orelse == [child]
+        return depth + (isinstance(child, _BLOCKS) and not is_elif)
+    return max([depth, *(nesting(c, inner(c)) for c in ast.iter_child_nodes(node))])
 
 
 def test_the_project_has_no_import_cycle():
@@ -171,6 +174,9 @@ def test_the_size_checks_measure_nesting_of_blocks():
     tree = ast.parse("def f():\n    for a in b:\n        if a:\n            with c:\n                try:\n"
                      "                    pass\n                except E:\n                    pass\n    x = 1\n")
     assert nesting(tree.body[0]) == 4
+    chain = ast.parse("def g(a):\n    if a == 1:\n        pass\n    elif a == 2:\n        pass\n    elif a == 3:\n"
+                      "        pass\n    else:\n        pass\n")
+    assert nesting(chain.body[0]) == 1
 
 
 def test_the_root_of_pipeline_holds_only_the_shared_modules():

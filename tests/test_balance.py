@@ -1,5 +1,5 @@
 """Option-set shapes read from the text alone, and the balance that keeps every slot of a shape about
-equally often the answer (pipeline/queries/balance.py); the sources that keep an item's wording from
+equally often the answer (pipeline/s4_queries/balance.py); the sources that keep an item's wording from
 telling the answer (the inventory's catalog share, decoys of the focal item's source)."""
 
 from __future__ import annotations

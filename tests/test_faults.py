@@ -24,7 +24,7 @@ import pipeline.llm.fake
 from pipeline.config import load_config
 from pipeline.dataset import load
 from pipeline.dataset.validate import validate_tables
-from pipeline.run.jobs import RunSpec
+from pipeline.run.spec import RunSpec
 from schemas.llm import LLMSettings
 from schemas.tables import TABLES
 from tests.support.procs import kill_group, start_in_group
@@ -424,7 +424,7 @@ def test_gateway_counts_transport_failures_apart_from_content_rejections(tmp_pat
 
 def test_a_server_failing_calls_fails_closed_publishes_nothing_and_a_rerun_resumes(harness, tmp_path):
     from flows.generate import run_generate
-    from pipeline.run.jobs import RunFailed
+    from pipeline.run.spec import RunFailed
 
     with pytest.raises(RunFailed) as failed:
         run_generate(unanswered_spec(tmp_path, "fake?server_error=0.3"), workers=2)
@@ -452,7 +452,7 @@ def test_a_few_unanswered_calls_publish_and_the_card_says_how_many(harness, tmp_
 
 def test_cache_only_on_another_seeds_cache_fails_closed(harness, tmp_path):
     from flows.generate import run_generate
-    from pipeline.run.jobs import RunFailed
+    from pipeline.run.spec import RunFailed
 
     with pytest.raises(RunFailed, match=r"no cached reply \(--cache-only\)"):
         run_generate(unanswered_spec(tmp_path, "fake", cache_only=True), workers=2)
@@ -462,7 +462,7 @@ def test_cache_only_on_another_seeds_cache_fails_closed(harness, tmp_path):
 def test_a_loopback_server_dying_after_4_calls_fails_closed(harness, tmp_path, monkeypatch):
     """`ok*4,503`: the OpenAI path, every chat request after the fourth answered HTTP 500."""
     from flows.generate import run_generate
-    from pipeline.run.jobs import RunFailed
+    from pipeline.run.spec import RunFailed
     from tests.support.openai_server import OpenAIServer
 
     with OpenAIServer() as server:

@@ -14,7 +14,7 @@ import pytest
 
 from pipeline.config import load_config
 from pipeline.dataset import load
-from pipeline.run.jobs import RunSpec
+from pipeline.run.spec import RunSpec
 from schemas.llm import LLMSettings
 from tests.support.procs import kill_group, run_in_group, start_in_group
 
@@ -264,7 +264,7 @@ def test_dask_runner_gives_the_same_tables_as_threads(harness, tmp_path):
 
 
 def test_filler_top_up_asks_for_what_the_shortfall_needs(tmp_path):
-    from pipeline.run.jobs import FILLER_BATCH_MAX, complete_filler, top_up_size
+    from pipeline.run.filler import FILLER_BATCH_MAX, complete_filler, top_up_size
     from pipeline.s3_text.filler import filler_need
 
     spec = spec_for(tmp_path, 2)

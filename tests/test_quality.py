@@ -1,4 +1,4 @@
-"""The readability check every model-written field passes (pipeline/text/quality.py), on the texts a small
+"""The readability check every model-written field passes (pipeline/checks/quality.py), on the texts a small
 model really wrote into a published dataset (issue 25) and on plain readable ones."""
 
 from __future__ import annotations

@@ -15,8 +15,9 @@ from pipeline.errors import UserError
 from pipeline.llm.cache import CallRecord, LLMCache
 from pipeline.run import cluster, remote
 from pipeline.run.cluster import DaskSettings, Driver, NoWorkers, WorkerFailed, open_pool, remote_personas
-from pipeline.run.jobs import RunSpec, fingerprint, model_name, persona_job, persona_tag
+from pipeline.run.jobs import persona_job, persona_tag
 from pipeline.run.remote import WorkerReply, run_job, unpack, work
+from pipeline.run.spec import RunSpec, fingerprint, model_name
 from pipeline.s1_personas.sample_personas import sample_personas
 from schemas.llm import LLMSettings
 

@@ -16,7 +16,8 @@ from pydantic import BaseModel
 import pipeline.llm.fake
 from pipeline.config import load_config
 from pipeline.prompting import PromptEnv, PromptSpec
-from pipeline.run.jobs import RunSpec, persona_job
+from pipeline.run.jobs import persona_job
+from pipeline.run.spec import RunSpec
 from pipeline.s1_personas.sample_personas import sample_personas
 from schemas.llm import LLMSettings
 from tests.support.procs import run_in_group
@@ -55,7 +56,7 @@ def test_hostile_persona_and_model_text_stay_literal(tmp_path, hostile_model):
     text = persona_job(seed, spec).result.text
     assert text.persona.seed_text == seed_text and seed_text in text.persona.profile
     turns = [t.content for s in text.sessions for t in s.turns]
-    # a reply carrying template syntax is refused as prompt debris (pipeline/text/quality.py) and written by code
+    # a reply carrying template syntax is refused as prompt debris (pipeline/checks/quality.py) and written by code
     assert turns and not any(h in c for c in turns for h in HOSTILE)
     assert text.stats.origin["user_turn"].code >= len(text.sessions)
     prompts = [m["content"] for (request,) in _requests(cache) for m in json.loads(request)]

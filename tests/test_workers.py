@@ -10,7 +10,7 @@ from prefect.task_runners import ThreadPoolTaskRunner
 
 from flows.generate import task_runner_for
 from pipeline.config import load_config
-from pipeline.run.jobs import DASK_WORKERS, RunSpec, default_workers
+from pipeline.run.spec import DASK_WORKERS, RunSpec, default_workers
 from schemas.llm import LLMSettings
 
 

@@ -126,7 +126,7 @@ def generate(
     from pipeline.config import with_writing
     from pipeline.llm import LLM, LLMError
     from pipeline.run.estimate import check_budgets, estimate_run
-    from pipeline.run.jobs import RunSpec, default_workers
+    from pipeline.run.spec import RunSpec, default_workers
 
     if runner not in ("thread", "dask"):
         raise fail(f"--runner: expected thread or dask, got {runner!r}")

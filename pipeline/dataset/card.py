@@ -229,7 +229,7 @@ def _origin(origin: dict | None, writing: str = "session") -> str:
               if writing == "turn" else "")
     rows = [[ORIGIN_FIELDS.get(name, name), o["model"], o["reasked"], o["code"]] for name, o in origin.items()]
     return ("## Where the text comes from\n\nEvery field the model writes passes a readability check "
-            "(`pipeline/text/quality.py`: word count and word length bounds, words with letters, stop words, "
+            "(`pipeline/checks/quality.py`: word count and word length bounds, words with letters, stop words, "
             "repetition (Gopher's n-gram limits, no sentence said twice), no text in capitals or opening in "
             "lower case, no timestamps, clock times, ids, role labels or template syntax, known English words, "
             "no names nobody in the conversation has) and, for turns, the stance and item checks; a text that "

@@ -253,7 +253,7 @@ def _contexts(t: dict[str, list[BaseModel]], sessions: dict[str, Session], perio
 
 def _harness_fit(t: dict[str, list[BaseModel]], sessions: dict[str, Session], turns_by: dict[str, list[Turn]],
                  tolerance: float, r: _Report) -> None:
-    """Each context within its budget as both harnesses receive it (pipeline/dataset/fit.py): every row's
+    """Each context within its budget as both harnesses receive it (pipeline/s5_assembly/fit.py): every row's
     history, question message and answer reserve for PersonaMem's script, the JSON history for
     LongMemEval's reader; the larger ending within the tolerance below the budget."""
     r.check("contexts fit the budget as PersonaMem's script and LongMemEval's reader send them")

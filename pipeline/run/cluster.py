@@ -24,16 +24,9 @@ from pipeline.llm.cache import LLMCache
 from pipeline.llm.factory import resolve_backend_string
 from pipeline.prompting import PromptEnv
 from pipeline.run.checkpoint import code_fingerprint
-from pipeline.run.jobs import (
-    DASK_WORKERS,
-    JobResult,
-    RunSpec,
-    fingerprint,
-    model_name,
-    persona_tag,
-    template_fingerprints,
-)
+from pipeline.run.jobs import JobResult, persona_tag
 from pipeline.run.remote import WorkerJob, WorkerReply, pack, run_job, unpack
+from pipeline.run.spec import DASK_WORKERS, RunSpec, fingerprint, model_name, template_fingerprints
 from schemas.persona import PersonaSeed
 
 RETRIES = 2  # further attempts of a persona whose worker failed on something other than configuration

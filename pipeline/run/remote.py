@@ -26,7 +26,8 @@ from pipeline.llm import LLM
 from pipeline.llm.cache import CallRecord, LLMCache
 from pipeline.prompting import PromptEnv
 from pipeline.run.checkpoint import PersonaResult, code_fingerprint
-from pipeline.run.jobs import RunSpec, make_persona
+from pipeline.run.jobs import make_persona
+from pipeline.run.spec import RunSpec
 from schemas.llm import UsageSummary
 from schemas.persona import PersonaSeed
 

@@ -1,10 +1,10 @@
 """Stage 7, pure code: a persona's sessions plus shared filler, ordered into long histories at each budget.
 
-Token rule (see pipeline/dataset/budget.py, the one place it lives): a message costs
+Token rule (see pipeline/tokens.py, the one place it lives): a message costs
 ``count_tokens(content) + MESSAGE_OVERHEAD``; a context costs the sum over exactly the messages a
 model receives: the profile system message(s) and every turn of every session. Sessions are
 counted once (``count_sessions`` fills the ``n_tokens`` caches) and every context reuses those numbers.
-A budget is what a harness sends (pipeline/dataset/fit.py): the history under the message rule plus
+A budget is what a harness sends (pipeline/s5_assembly/fit.py): the history under the message rule plus
 PersonaMem's reserve for the question and answer, and the history in LongMemEval's JSON format plus
 its reader's reserve, each at most the budget.
 

@@ -9,16 +9,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.config import load_config
-from pipeline.run.jobs import (
-    RunSpec,
-    complete_filler,
-    filler_inputs,
-    filler_job,
-    model_name,
-    persona_job,
-    publish_run,
-    run_summary,
-)
+from pipeline.run.card_stats import run_summary
+from pipeline.run.filler import complete_filler, filler_inputs
+from pipeline.run.jobs import filler_job, persona_job
+from pipeline.run.publish import publish_run
+from pipeline.run.spec import RunSpec, model_name
 from pipeline.s1_personas.sample_personas import sample_personas
 from schemas.llm import LLMSettings
 
