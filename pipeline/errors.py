@@ -3,6 +3,7 @@ from every message (`redact`)."""
 
 import os
 import re
+from urllib.parse import unquote
 
 
 class UserError(Exception):
@@ -19,30 +20,62 @@ def first_validation_error(exc, where: str) -> str:
 # Environment variables whose values are secrets: never printed, logged or stored (see `redact`).
 SECRET_VARS = ("OPENAI_API_KEY",)
 _SECRET_VAR_NAME = re.compile(r"(API_KEY|_TOKEN|_SECRET|PASSWORD)$")
+# Variables holding a URL whose credentials (user:password@) are secret.
+URL_VARS = ("OPENAI_BASE_URL",)
 _SECRET_PATTERNS = (
     (re.compile(r"(?i)\b(bearer)\s+[^\s'\",;)]+"), r"\1 [redacted]"),  # an Authorization header's value
     (re.compile(r"\bsk-[A-Za-z0-9_\-.~+/\\]{6,}"), "sk-[redacted]"),                # OpenAI-style keys
+    (re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@?#]+@"), r"\1[redacted]@"),  # credentials in a URL
 )
 REDACTED = "[redacted]"
+# The shortest piece of a secret that is redacted wherever it appears, in any case.
+SECRET_PIECE = 8
+
+
+def _url_credentials(url: str) -> list[str]:
+    """The user and password parts of ``url``'s authority (percent-encoded as written, and decoded)."""
+    match = re.match(r"(?i)^\s*[a-z][a-z0-9+.-]*://([^/\s@?#]+)@", url)
+    if not match:
+        return []
+    parts = [match.group(1), *match.group(1).split(":", 1)]
+    return parts + [unquote(part) for part in parts]
 
 
 def _secret_values() -> list[str]:
     values = {v for name, v in os.environ.items() if v and (name in SECRET_VARS or _SECRET_VAR_NAME.search(name))}
+    values |= {part for name in URL_VARS for part in _url_credentials(os.environ.get(name, ""))}
     forms = set()
     for value in values:
         for form in (value, value.strip(), repr(value)[1:-1], value.encode("unicode_escape").decode("ascii")):
-            if len(form) >= 8:
-                forms.add(form)
+            if len(form) >= SECRET_PIECE:
+                forms.add(form.lower())
     return sorted(forms, key=len, reverse=True)
 
 
+def _secret_spans(text: str, secrets: list[str]) -> list[tuple[int, int]]:
+    """Where ``text`` holds a piece of ``SECRET_PIECE`` or more characters of a secret, in any case: every
+    window of that length that is a piece of one, merged into spans."""
+    pieces = {secret[i:i + SECRET_PIECE] for secret in secrets for i in range(len(secret) - SECRET_PIECE + 1)}
+    lowered, spans = text.lower(), []
+    for i in range(len(lowered) - SECRET_PIECE + 1):
+        if lowered[i:i + SECRET_PIECE] in pieces:
+            if spans and i <= spans[-1][1]:
+                spans[-1] = (spans[-1][0], i + SECRET_PIECE)
+            else:
+                spans.append((i, i + SECRET_PIECE))
+    return spans
+
+
 def redact(text: object) -> str:
-    """``text`` with every secret replaced: the values of secret environment variables (OPENAI_API_KEY and
-    any ``*API_KEY``/``*_TOKEN``/``*_SECRET``/``*PASSWORD``, also as Python escapes them), ``sk-...`` tokens
-    and Bearer credentials."""
+    """``text`` with every secret replaced: any piece of 8 or more characters, in any case, of the values of
+    secret environment variables (OPENAI_API_KEY and any ``*API_KEY``/``*_TOKEN``/``*_SECRET``/``*PASSWORD``,
+    also as Python escapes them) and of the credentials in OPENAI_BASE_URL; ``sk-...`` tokens, Bearer
+    credentials and the user:password part of any URL."""
     out = str(text)
-    for value in _secret_values():
-        out = out.replace(value, REDACTED)
+    secrets = _secret_values()
+    if secrets and len(out) >= SECRET_PIECE:
+        for start, end in reversed(_secret_spans(out, secrets)):
+            out = out[:start] + REDACTED + out[end:]
     for pattern, replacement in _SECRET_PATTERNS:
         out = pattern.sub(replacement, out)
     return out

@@ -288,12 +288,12 @@ def test_filler_top_up_asks_for_what_the_shortfall_needs(tmp_path):
 
 def test_a_rerun_reuses_the_probe_and_filter_outcome(tmp_path, monkeypatch):
     """The run-level probe is fitted once per run fingerprint and persona set; a rerun publishes the same queries."""
-    import pipeline.run.jobs as jobs
+    import pipeline.run.publish as publishing
     from tests.support.smoke import publish_smoke
 
     calls = []
-    real = jobs.filter_queries
-    monkeypatch.setattr(jobs, "filter_queries", lambda *a, **k: calls.append(1) or real(*a, **k))
+    real = publishing.filter_queries
+    monkeypatch.setattr(publishing, "filter_queries", lambda *a, **k: calls.append(1) or real(*a, **k))
     first = publish_smoke(tmp_path)
     second = publish_smoke(tmp_path)
     assert len(calls) == 1

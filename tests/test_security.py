@@ -216,3 +216,60 @@ def test_redact_covers_the_key_its_escapes_sk_tokens_and_bearer_headers(monkeypa
                   "Authorization: Bearer abc.def; task-force stays")
     assert PLANTED_KEY not in text and "abcdefgh1234" not in text and "abc.def" not in text
     assert "task-force stays" in text
+
+
+def test_redact_hides_every_piece_of_the_key_in_any_case_and_url_credentials(monkeypatch):
+    from pipeline.errors import redact
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-proj-SECRETLEAK0123456789")
+    monkeypatch.setenv("OPENAI_BASE_URL", "http://alice:hunter2hunter2@proxy.internal/v1")
+    text = redact("bad request for key proj-SECRETLEAK012; lower proj-secretleak0; tail 0123456789 ok; "
+                  "password hunter2hunter2 in a log; url http://bob:pw@other.host/v1; short SECRET stays")
+    for piece in ("SECRETLEAK", "secretleak", "01234567", "hunter2hunter2", "bob:pw", "alice"):
+        assert piece not in text, text
+    assert "short SECRET stays" in text and "other.host/v1" in text
+
+
+class ReflectingServer:
+    """The loopback server: a 400 whose message quotes the key without its ``sk-`` prefix and upper-cased, or
+    a 200 whose content quotes it."""
+
+    def __new__(cls, status: int):
+        from tests.support.openai_server import OpenAIServer, _completion
+
+        class Reflect(OpenAIServer):
+            async def _route(self, method, path, headers, body):
+                if method == "POST" and path.rstrip("/").endswith("/chat/completions"):
+                    self.requests += 1
+                    key = headers.get("authorization", "").removeprefix("Bearer sk-")
+                    if status == 400:
+                        return 400, {"error": {"message": f"bad request for key {key.upper()}",
+                                               "type": "invalid_request_error"}}, {}
+                    return 200, _completion(json.loads(body), f"Sure. Your key is {key} as asked.", "stop"), {}
+                return await super()._route(method, path, headers, body)
+
+        return Reflect()
+
+
+@pytest.mark.parametrize("status", [400, 200])
+def test_a_key_the_server_reflects_is_never_printed_or_stored(tmp_path, monkeypatch, status):
+    from pipeline.llm import LLM
+    from pipeline.llm.errors import LLMError
+
+    key = "sk-proj-SECRETLEAK0123456789"
+    monkeypatch.setenv("OPENAI_API_KEY", key)
+    cache = tmp_path / "cache" / "llm.sqlite"
+    with ReflectingServer(status) as server:
+        monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
+        llm = LLM(LLMSettings(llm="openai:test-model", cache_path=cache, max_retries=0, backoff_s=0))
+        said = ""
+        try:
+            said = llm.chat([{"role": "user", "content": "hi"}])
+        except LLMError as exc:
+            said = str(exc)
+        stored = b"".join(p.read_bytes() for p in cache.parent.iterdir()).decode("utf-8", "replace")
+        llm.close()
+        assert server.requests > 0
+    assert "[redacted]" in str(said) + stored
+    for text in (str(said), stored):
+        assert "SECRETLEAK" not in text.upper() and "01234567" not in text

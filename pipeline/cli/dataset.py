@@ -94,8 +94,11 @@ def prune(
     from pipeline.dataset import prune as run
     from pipeline.dataset import resolve
 
+    kept: list[str] = []
     try:
-        removed = run(resolve(dataset, outputs).parent, keep)
+        removed = run(resolve(dataset, outputs).parent, keep, kept=kept)
     except UserError as exc:
         raise fail(exc) from None
+    for line in kept:
+        console.print(f"kept {line}: not provably a version personagen published", highlight=False)
     console.print(f"removed: {', '.join(removed) or 'nothing'}")

@@ -138,7 +138,7 @@ def generate(
     if dask_address and runner != "dask":
         raise fail("--dask-address needs --runner dask")
     cache = cache or outputs / ".cache" / "llm.sqlite"
-    created = [p for p in (cache, *cache.parents) if not p.exists()]  # what to remove if nothing is stored
+    created = _would_create(cache)  # what to remove if nothing is stored
     gateway = None
     try:
         config = load_config(profile, n_personas=n, seed=seed)
@@ -197,18 +197,27 @@ def _starts_prefect_server() -> bool:
     return uses_temporary_server()
 
 
+def _would_create(cache: Path) -> list[Path]:
+    """The paths opening ``cache`` creates: the file (where a link points, for a link) and the folders above it
+    that are not there yet, deepest first. A link itself, dangling or not, is never among them."""
+    target = Path(os.path.realpath(cache)) if cache.is_symlink() else cache
+    return [p for p in (target, *target.parents) if not os.path.lexists(p)]
+
+
 def _drop_empty_cache(gateway, cache: Path, created: list[Path]) -> None:
     """Remove the cache file (and folders) this command created, if it stored nothing in it (a failed
-    preflight, a dry run whose estimate made no call)."""
+    preflight, a dry run whose estimate made no call); never a path that was there before, nor a link."""
     if gateway is not None:
         if gateway.cache.count() > 0:
             return
         gateway.close()
-    if cache in created:
-        for path in (cache, cache.with_name(cache.name + "-wal"), cache.with_name(cache.name + "-shm")):
+    target = Path(os.path.realpath(cache)) if cache.is_symlink() else cache
+    if target in created:
+        for path in (target, target.with_name(target.name + "-wal"), target.with_name(target.name + "-shm")):
             with contextlib.suppress(OSError):  # e.g. --outputs names a file: there is nothing to remove
                 path.unlink(missing_ok=True)
-        for folder in created[1:]:
+    for folder in created:
+        if folder != target:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # deepest first, and only while empty
 
@@ -294,6 +303,10 @@ def _summary(path: Path) -> None:
         console.print(f"{usage['transport_failures']} of {usage.get('calls', 0)} model calls got no answer (within "
                       "llm.max_failed_share): code-written text stands in for them; a rerun asks them again",
                       soft_wrap=True, highlight=False)
+    from pipeline.dataset.publishing import KEPT
+
+    for line in KEPT:
+        console.print(f"--keep left {line}: not provably a version personagen published", highlight=False)
     console.print(load_commands(path), soft_wrap=True, highlight=False, markup=False)
 
 

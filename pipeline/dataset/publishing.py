@@ -162,6 +162,8 @@ def _check_latest(folder: Path) -> None:
 # Every version this process renamed into place, in order: an interrupted command reads it to say truthfully
 # whether its version is complete (the rename is the publish; `latest` and retention follow it).
 PUBLISHED: list[Path] = []
+# Old versions retention left in place because this tool cannot prove it published them, with why.
+KEPT: list[str] = []
 
 
 def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None,
@@ -188,7 +190,7 @@ def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None,
         _pin(target)
         _point_latest(parent)
         if keep is not None:
-            prune(parent, keep, locked=True, spare=target.name)
+            prune(parent, keep, locked=True, spare=target.name, kept=KEPT)
     return target
 
 

@@ -88,7 +88,7 @@ def writable_problem(folder: Path) -> str | None:
 OUT_MARKER = ".personagen-out"
 
 
-def _marker_files(folder: Path) -> set[str] | None:
+def marker_files(folder: Path) -> set[str] | None:
     """The names an earlier command listed in ``folder``'s marker, or None (no marker, or not ours)."""
     try:
         data = json.loads((folder / OUT_MARKER).read_text(encoding="utf-8"))
@@ -124,7 +124,7 @@ def check_out_folder(target: Path, *, option: str = "--out", ours: set[str] = fr
         names = {p.name for p in target.iterdir()} - {OUT_MARKER}
     except OSError as exc:
         raise ExportError(f"{where}: cannot read the folder ({_os_reason(exc)})") from None
-    known = (_marker_files(target) or set()) | set(ours)
+    known = (marker_files(target) or set()) | set(ours)
     foreign = sorted(names - known)
     if foreign:
         shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
@@ -141,7 +141,7 @@ def check_tables_folder(target: Path) -> None:
 
 def write_marker(folder: Path, files: set[str] | list[str], *, keep: bool = False) -> None:
     """List ``files`` (with those listed before when ``keep``) in ``folder``'s marker, atomically."""
-    names = set(files) | ((_marker_files(folder) or set()) if keep else set())
+    names = set(files) | ((marker_files(folder) or set()) if keep else set())
     tmp = folder / f".{OUT_MARKER}.{secrets.token_hex(4)}.tmp"
     try:
         tmp.write_text(json.dumps({"written_by": "personagen", "files": sorted(names)}, indent=1) + "\n",

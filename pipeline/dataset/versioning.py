@@ -9,7 +9,9 @@ import secrets
 from contextlib import contextmanager
 from pathlib import Path
 
-from pipeline.dataset.store import LATEST, VERSION, PublishError, discard
+from pipeline.dataset.reading import read_manifest, verify
+from pipeline.dataset.store import LATEST, OUT_MARKER, VERSION, PublishError, discard, marker_files
+from pipeline.errors import UserError
 
 
 @contextmanager
@@ -47,18 +49,24 @@ def _point_latest(directory: Path) -> None:
         tmp.unlink(missing_ok=True)
 
 
-def prune(directory: Path, keep: int, *, locked: bool = False, spare: str | None = None) -> list[str]:
+def prune(directory: Path, keep: int, *, locked: bool = False, spare: str | None = None,
+          kept: list[str] | None = None) -> list[str]:
     """Remove complete versions older than the newest ``keep``: never the one ``latest`` names, nor ``spare``
-    (the version this process just published), nor one that another live process published (pinned)."""
+    (the version this process just published), nor one that another live process published (pinned), nor
+    a folder this tool cannot prove it published (:func:`not_ours`; each is added to ``kept`` with why)."""
     if keep < 1:
         raise PublishError(f"--keep {keep}: must keep at least one version")
     if not locked:
         with _locked(directory):
-            return prune(directory, keep, locked=True, spare=spare)
+            return prune(directory, keep, locked=True, spare=spare, kept=kept)
     latest = os.readlink(directory / LATEST) if (directory / LATEST).is_symlink() else None
     removed = []
     for old in versions(directory)[:-keep]:
         if old.name in (latest, spare) or _pinned_elsewhere(old):
+            continue
+        if (why := not_ours(old)) is not None:
+            if kept is not None:
+                kept.append(f"{old.name} ({why})")
             continue
         _unpin(old)
         trash = directory / f".trash-{old.name}-{secrets.token_hex(4)}"
@@ -66,6 +74,45 @@ def prune(directory: Path, keep: int, *, locked: bool = False, spare: str | None
         discard(trash)
         removed.append(old.name)
     return removed
+
+
+def not_ours(version: Path) -> str | None:
+    """Why ``version`` is not provably a version this tool published, or None: its manifest must validate and
+    name this folder, every file it lists must match its checksum, and the folder may hold nothing else but
+    the report and eval runs this tool wrote (each listing its files in its marker)."""
+    if version.is_symlink() or not version.is_dir():
+        return "a link, not a folder" if version.is_symlink() else "not a folder"
+    try:
+        manifest = read_manifest(version)
+        if manifest.version != version.name or manifest.dataset != version.parent.name:
+            return f"its manifest names {manifest.dataset}/{manifest.version}"
+        if not manifest.files:
+            return "its manifest lists no files"
+        verify(version, manifest)
+    except (UserError, OSError) as exc:
+        return str(exc).replace(f"{version}/", "")  # "manifest.json: damaged: ...", "queries.parquet: damaged ..."
+    foreign = _foreign(version, set(manifest.files) | {"manifest.json"}, subfolders={"report", "evals"})
+    return f"holds {foreign}, which personagen did not write" if foreign else None
+
+
+def _foreign(folder: Path, known: set[str], subfolders: set[str] | None = None) -> str | None:
+    """The first entry of ``folder`` this tool did not write: not in ``known`` (nor in the folder's marker), or
+    a subfolder (any, unless ``subfolders`` names them) that holds one."""
+    known = known | (marker_files(folder) or set()) | {OUT_MARKER}
+    try:
+        entries = sorted(folder.iterdir())
+    except OSError:
+        return folder.name
+    for entry in entries:
+        if entry.is_symlink():
+            return str(entry.relative_to(folder))
+        if entry.is_dir() and (subfolders is None or entry.name in subfolders):
+            inner = _foreign(entry, set())
+            if inner is not None:
+                return f"{entry.name}/{inner}"
+        elif entry.name not in known or not entry.is_file():
+            return entry.name
+    return None
 
 
 # A process that publishes a version holds a shared lock on its folder until it exits (or prunes it

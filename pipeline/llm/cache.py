@@ -13,6 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from pipeline.errors import redact
 from pipeline.llm.errors import CacheError
 
 KEY_SCHEME = 1
@@ -102,6 +103,8 @@ class CallRecord(BaseModel):
 
 
 _FIELDS = list(CallRecord.model_fields)
+# Text a server or a request may carry a secret in: redacted before it is stored (a key a server reflects).
+_TEXTS = ("request", "raw", "output", "error")
 # A failure never overwrites a success another thread or process stored meanwhile.
 _UPSERT = (f"INSERT INTO calls ({', '.join(_FIELDS)}) VALUES ({', '.join('?' for _ in _FIELDS)}) "
            f"ON CONFLICT(key) DO UPDATE SET {', '.join(f'{n} = excluded.{n}' for n in _FIELDS if n != 'key')} "
@@ -181,8 +184,9 @@ class LLMCache:
 
     def _values(self, record: CallRecord) -> tuple:
         """The row of one record: its creation time (now, if unset) and its tag (the cache's, if unset)."""
+        texts = {name: redact(value) for name in _TEXTS if (value := getattr(record, name)) is not None}
         return tuple(record.model_copy(update={"created_at": record.created_at or time.time(),
-                                               "tag": record.tag or self.tag}).model_dump().values())
+                                               "tag": record.tag or self.tag, **texts}).model_dump().values())
 
     def tagged(self, tag: str) -> list[CallRecord]:
         """Every successful record stored under ``tag``, oldest first (indexed on first use)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+from pipeline.errors import redact
 from pipeline.llm.asks import describe_error, with_attempt
 from pipeline.llm.backends import BackendReply, BackendRequest
 from pipeline.llm.errors import RateLimited, TransientError, TransportFailed
@@ -56,6 +57,8 @@ class Transport:
                 except (TransientError, TimeoutError) as exc:
                     error = exc
                     continue
+            if (text := redact(reply.text)) != reply.text:  # a server that echoes the key never gets it stored
+                reply = reply.model_copy(update={"text": text})
             count.input_tokens += reply.input_tokens
             count.output_tokens += reply.output_tokens
             throttle.charge(reply.input_tokens + reply.output_tokens - estimate)
