@@ -102,7 +102,30 @@ class PromptEnv:
                 continue
             asts[current] = ast = self.jinja.parse(self.source(current), name=current, filename=current)
             stack.extend(ref for ref in meta.find_referenced_templates(ast) if ref is not None)
+        self._refuse_cycle(name, asts)
         return asts
+
+    def _refuse_cycle(self, name: str, asts: dict[str, nodes.Template]) -> None:
+        """A template that includes, extends or imports itself (directly or through others) would recurse
+        until Python's stack runs out: one TemplateProblem naming the file and line of the tag instead."""
+        def refs(template: str) -> list[tuple[str, int]]:
+            found = asts[template].find_all((nodes.Include, nodes.Extends, nodes.Import, nodes.FromImport))
+            return [(node.template.value, node.lineno) for node in found
+                    if isinstance(node.template, nodes.Const) and isinstance(node.template.value, str)]
+
+        path: list[str] = []
+
+        def visit(template: str) -> None:
+            path.append(template)
+            for ref, line in refs(template):
+                if ref in path:
+                    chain = " -> ".join([*path[path.index(ref):], ref])
+                    raise TemplateProblem(_problem(self, template, line, f"includes itself ({chain})"))
+                if ref in asts:
+                    visit(ref)
+            path.pop()
+
+        visit(name)
 
     def referenced(self, name: str) -> list[str]:
         """`name` plus every template it includes, extends or imports, recursively, sorted."""
@@ -125,8 +148,12 @@ class PromptEnv:
         missing = [block for block in BLOCKS if block not in template.blocks]
         if missing:
             raise ValueError(f"{spec.template} lacks {{% block {missing[0]} %}}")
-        return [ChatMessage(role=block, content=_render_block(template, block, variables).strip())
-                for block in BLOCKS]
+        try:
+            return [ChatMessage(role=block, content=_render_block(template, block, variables).strip())
+                    for block in BLOCKS]
+        except RecursionError:  # a template that includes itself: name the tag, not 1,000 frames
+            self.parsed(spec.template)
+            raise TemplateProblem(_problem(self, spec.template, 1, "recursion too deep while rendering")) from None
 
     def render_located(self, spec: PromptSpec, context: BaseModel) -> list[ChatMessage]:
         """`render`, with a rendering error (e.g. in an {% if %} branch the lint's sample never takes)

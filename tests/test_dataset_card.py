@@ -154,7 +154,7 @@ def test_card_has_the_glossary_and_how_each_harness_counts_a_budget(card):
         assert needle in glossary, needle
     exports = text.split("## Exports and the harnesses that read them")[1].split("\n## ")[0]
     assert "126,200 at 128k" in exports and "inference_standalone_openai.py" in exports
-    assert "run_generation.py" in exports and "personagen eval . " in exports
+    assert "run_generation.py" in exports and 'personagen eval "$V" ' in exports
 def test_a_version_rebuilt_from_checkpoints_reports_the_calls_that_made_it(tmp_path):
     import json
 

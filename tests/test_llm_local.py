@@ -265,8 +265,9 @@ def test_a_gap_in_the_slots_is_closed_and_the_moved_reply_is_the_one_it_would_ha
     alone = backend.submit(story).future.result(timeout=120)
     assert _idle(engine)
     moves, steps, ubatches = engine.stats.moves, engine.stats.decode_steps, engine.stats.ubatches
-    short = backend.submit(_request("Say yes.", max_tokens=2, temperature=0.0))  # the lowest slot: ends first
-    moved = backend.submit(story)  # the next slot up, moved down when the short reply ends
+    with engine._wake:  # both queued before the engine admits either, whatever the timing of this thread
+        short = backend.submit(_request("Say yes.", max_tokens=2, temperature=0.0))  # the lowest slot: ends first
+        moved = backend.submit(story)  # the next slot up, moved down when the short reply ends
     short.future.result(timeout=120)
     together = moved.future.result(timeout=120)
     assert engine.stats.moves > moves

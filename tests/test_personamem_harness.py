@@ -14,11 +14,13 @@ from __future__ import annotations
 import ast
 import csv
 import json
+import os
 import re
 import shlex
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -250,39 +252,63 @@ def test_a_budget_the_version_lacks_is_one_line_for_every_export(smoke, tmp_path
         assert result.exit_code == 2 and "32k, 128000 or 1M" in result.output
 
 
-def test_every_personagen_command_of_the_card_runs_as_pasted_in_the_version_folder(smoke, tmp_path, monkeypatch):
-    """The card's commands, taken from the published README.md, run in a copy of the version folder (`.`)."""
+def test_every_command_of_the_card_runs_as_pasted_and_the_harness_lines_find_their_files(smoke, tmp_path,
+                                                                                          monkeypatch):
+    """The card's shell block, taken from the published README.md, runs in bash in a copy of the version folder
+    (`personagen` from the venv); the harness commands, meant for another checkout, name files that exist by
+    absolute path once the block has run; so do the export folders' own READMEs."""
     version = tmp_path / "personamem" / "v0001"
     shutil.copytree(smoke, version)
     for path in version.iterdir():
         path.chmod(0o644)
     card = (version / "README.md").read_text(encoding="utf-8")
-    commands = sorted(set(re.findall(r"`(personagen [^`]+)`", card)))
-    assert {c.split()[1] for c in commands} >= {"export", "eval"}
-    assert any(c.startswith("personagen export longmemeval . ") for c in commands)
+    block = re.search(r"```sh\n(.*?)```", card, re.S).group(1)
+    assert block.startswith('V="$PWD"') and block.count("personagen export") == 3
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(REPO),
+           "TIKTOKEN_CACHE_DIR": os.environ.get("TIKTOKEN_CACHE_DIR", "")}
+    done = subprocess.run(["bash", "-euc", block], cwd=version, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    prose = card.replace(f"```sh\n{block}```", "")
+    harness = [c for c in re.findall(r"`([^`]+)`", prose) if "--question_path" in c or "--in_file" in c]
+    assert len(harness) == 2 and any(c.startswith("mkdir -p out && ") for c in harness)
+    for command in harness:
+        paths = re.findall(r'(?:--question_path|--context_path|--in_file) ("[^"]+")', command)
+        for quoted in paths:
+            expanded = subprocess.run(["bash", "-c", f'V="$PWD"; echo {quoted}'], cwd=version, capture_output=True,
+                                      text=True, check=True).stdout.strip()
+            assert Path(expanded).is_absolute() and Path(expanded).is_file(), expanded
+    for readme in (tmp_path / "personamem" / "personamem_format" / "README.md",
+                   tmp_path / "personamem" / "longmemeval_format" / "README.md"):
+        line = next(li for li in readme.read_text(encoding="utf-8").splitlines() if "python " in li)
+        named = [w for w in shlex.split(line) if w.endswith((".csv", ".jsonl", ".json")) and "results_" not in w]
+        assert named and all(Path(n).is_absolute() and Path(n).is_file() for n in named), line
+    evals = re.findall(r"`(personagen eval [^`]+)`", prose)
     monkeypatch.chdir(version)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
-    models = tuple(sorted({m.split("openai:")[1].split()[0] for m in commands if "openai:" in m}))
+    models = tuple(sorted({m.split("openai:")[1].split()[0] for m in evals}))
     with OpenAIServer(responder=lambda body: "<final_answer>(a)", models=models) as server:
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
-        for command in commands:
-            result = CliRunner().invoke(app, shlex.split(command)[1:])
+        for command in evals:
+            result = CliRunner().invoke(app, shlex.split(command.replace('"$V"', str(version)))[1:])
             assert result.exit_code == 0, (command, result.output)
-    assert "--question_path pm/questions_1500.csv" in (version / "pm" / "README.md").read_text(encoding="utf-8")
-    assert "--in_file lme/longmemeval_1500.json" in (version / "lme" / "README.md").read_text(encoding="utf-8")
-    assert (version / "all.jsonl").stat().st_size > 0
 
 
-def test_the_load_hints_generate_prints_run_as_printed(smoke, capsys):
-    """They name personagen's own interpreter: a bare `python` may be one without its packages."""
+def test_the_load_hints_generate_prints_run_as_printed_in_a_fresh_shell(smoke, capsys, tmp_path):
+    """They name personagen's own interpreter and command: a bare `python` may be one without its packages, and
+    a fresh shell has no venv on its PATH."""
     from pipeline.cli.generate import _summary
 
-    _summary(smoke)
+    version = tmp_path / "personamem" / "v0001"
+    shutil.copytree(smoke, version)
+    _summary(version)
     lines = [line.strip() for line in capsys.readouterr().out.splitlines()]
-    hints = [line for line in lines if line.startswith(shlex.quote(sys.executable) + " -c")]
-    assert len(hints) == 2
+    start = lines.index("Load it with:")
+    hints = lines[start + 1:start + 4]
+    assert hints[0].startswith(shlex.quote(sys.executable) + " -c") and " export personamem " in hints[2]
     for hint in hints:
-        done = subprocess.run(hint, shell=True, capture_output=True, text=True, timeout=120,
-                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(REPO)})
+        done = subprocess.run(hint, shell=True, capture_output=True, text=True, timeout=300,
+                              env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), "HOME": str(REPO),
+                                   "TIKTOKEN_CACHE_DIR": os.environ.get("TIKTOKEN_CACHE_DIR", "")})
         assert done.returncode == 0, (hint, done.stderr)
         assert done.stdout.strip()
+    assert (tmp_path / "personamem" / "personamem_format" / "README.md").is_file()

@@ -20,7 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from pipeline.cli.common import Terminated, console, fail
+from pipeline.cli.common import Terminated, console, err_console, fail
 from pipeline.config import load_config
 from pipeline.errors import UserError
 from schemas.llm import LLMSettings
@@ -303,11 +303,40 @@ def _summary(path: Path) -> None:
         console.print(f"{usage['transport_failures']} of {usage.get('calls', 0)} model calls got no answer (within "
                       "llm.max_failed_share): code-written text stands in for them; a rerun asks them again",
                       soft_wrap=True, highlight=False)
+    origin_line, warning = origin_summary(manifest.get("stats", {}).get("text_origin", {}))
+    if origin_line:
+        console.print(origin_line, soft_wrap=True, highlight=False, markup=False)
+    if warning:
+        err_console.print(warning, soft_wrap=True, highlight=False, markup=False)
     from pipeline.dataset.publishing import KEPT
 
     for line in KEPT:
         console.print(f"--keep left {line}: not provably a version personagen published", highlight=False)
     console.print(load_commands(path), soft_wrap=True, highlight=False, markup=False)
+
+
+# A run whose model wrote less than this share of the model-written fields (the rest fell back to code) ends
+# with a warning: a server that answers schema-valid junk publishes, but not silently.
+WARN_MODEL_SHARE = 0.5
+
+
+def origin_summary(origin: dict[str, dict[str, int]]) -> tuple[str, str | None]:
+    """The line "model wrote: field N%, ..." of a run's text origins (model and re-asked count as the model's),
+    and a warning when the model wrote under ``WARN_MODEL_SHARE`` of all the fields' texts."""
+    shares = {}
+    for field, counts in sorted(origin.items()):
+        total = sum(counts.values())
+        if total:
+            shares[field] = ((counts.get("model", 0) + counts.get("reasked", 0)) / total, total)
+    if not shares:
+        return "", None
+    line = "model wrote: " + ", ".join(f"{f} {share:.0%}" for f, (share, _) in shares.items()) + " (code the rest)"
+    overall = sum(share * n for share, n in shares.values()) / sum(n for _, n in shares.values())
+    if overall >= WARN_MODEL_SHARE:
+        return line, None
+    low = ", ".join(f for f, (share, _) in sorted(shares.items(), key=lambda kv: kv[1][0])[:4])
+    return line, (f"warning: the model wrote only {overall:.0%} of the texts (lowest: {low}); the rest is code's "
+                  "fallback wording: check the model's replies (`personagen prompts`) before using this version")
 
 
 def load_commands(path: Path) -> str:
@@ -316,10 +345,13 @@ def load_commands(path: Path) -> str:
     from shlex import quote
 
     python = quote(sys.executable)  # the interpreter with personagen's packages (the system one may lack them)
+    beside = Path(sys.executable).parent / "personagen"  # the venv's command: a fresh shell has no venv on PATH
+    personagen = str(beside) if beside.is_file() else "personagen"
     table = str(path / "queries.parquet").replace("'", "''")  # a SQL string literal
     sql = f"select type, count(*) from '{table}' group by type"
     load = f"from pipeline.dataset import load; d = load({str(path)!r}); print(len(d.queries), 'queries')"
     return ("Load it with:\n"
             f"  {python} -c {quote(load)}\n"
             f"  {python} -c {quote(f'import duckdb; duckdb.sql({sql!r}).show()')}\n"
-            f"  personagen export personamem {quote(str(path))} --out {quote(str(path.parent / 'personamem_format'))}")
+            f"  {quote(personagen)} export personamem {quote(str(path))} "
+            f"--out {quote(str(path.parent / 'personamem_format'))}")

@@ -62,24 +62,32 @@ def exports(tables: dict[str, list[BaseModel]]) -> str:
             for b in budgets]
     return (
         "## Exports and the harnesses that read them\n\n"
-        "Every command below runs as pasted in this folder, with the `personagen` command installed "
-        "(`.` is this version).\n\n"
-        "- **PersonaMem**: `personagen export personamem . --out pm` writes `pm/questions_<size>.csv` and "
-        "`pm/shared_contexts_<size>.jsonl`; in a PersonaMem checkout, `python inference_standalone_openai.py "
-        f"--step evaluate --model gpt-4o --question_path pm/questions_{size}.csv --context_path "
-        f"pm/shared_contexts_{size}.jsonl --result_path results_{size}.csv`.\n"
-        "- **LongMemEval**: `personagen export longmemeval . --out lme` writes `lme/longmemeval_<size>.json`; in "
-        f"LongMemEval's `src/generation`, `python run_generation.py --in_file lme/longmemeval_{size}.json --out_dir out "
-        "--model_name gpt-4o --model_alias gpt-4o --openai_key KEY --retriever_type orig-session --topk_context 1000 "
-        "--history_format json --useronly false --cot true`, then `src/evaluation/evaluate_qa.py` and "
+        "The commands below run as pasted in a shell opened in this folder; the first line remembers where it "
+        "is, so the harness commands, run in the harness's own checkout, find the files by absolute path. "
+        "`personagen` is the command of personagen's checkout (`.venv/bin/personagen` there, or on the PATH after "
+        "`source .venv/bin/activate`).\n\n"
+        "```sh\n"
+        'V="$PWD"\n'
+        'personagen export personamem "$V" --out "$V/../personamem_format"\n'
+        'personagen export longmemeval "$V" --out "$V/../longmemeval_format"\n'
+        f'personagen export jsonl "$V" --out "$V/../all_{size}.jsonl" --budget {size}\n'
+        "```\n\n"
+        "- **PersonaMem**: the export writes `questions_<size>.csv` and `shared_contexts_<size>.jsonl`; in a "
+        "PersonaMem checkout, `python inference_standalone_openai.py --step evaluate --model gpt-4o "
+        f'--question_path "$V/../personamem_format/questions_{size}.csv" --context_path '
+        f'"$V/../personamem_format/shared_contexts_{size}.jsonl" --result_path results_{size}.csv`.\n'
+        "- **LongMemEval**: the export writes `longmemeval_<size>.json`; in LongMemEval's `src/generation`, "
+        f'`mkdir -p out && python run_generation.py --in_file "$V/../longmemeval_format/longmemeval_{size}.json" '
+        "--out_dir out --model_name gpt-4o --model_alias gpt-4o --openai_key KEY --retriever_type orig-session "
+        "--topk_context 1000 --history_format json --useronly false --cot true`, then "
+        "`src/evaluation/evaluate_qa.py` and "
         "`print_qa_metrics.py` on its output. Our types map onto four of its six; beside each placed question, "
         "code adds up to two per context of each of the other two over the same haystack (temporal-reasoning: the "
         "days between the sessions voicing an item's older and newer stance; single-session-assistant: the "
         "assistant's reply to a voiced preference), named by `derived_from`, so its task average is a number.\n"
-        f"- **Anything else** (pandas, polars, `datasets`): `personagen export jsonl . --out all.jsonl --budget {size}`, "
-        "one self-contained record per placed question with its messages. `--budget` reads `32k`, `128000` or "
-        "`1M` in every command.\n"
-        "- **personagen's own evaluation**: `personagen eval . --llm openai:gpt-4o-mini --limit 50` (PersonaMem's "
+        "- **Anything else** (pandas, polars, `datasets`): the JSONL export, one self-contained record per placed "
+        "question with its messages. `--budget` reads `32k`, `128000` or `1M` in every command.\n"
+        "- **personagen's own evaluation**: `personagen eval \"$V\" --llm openai:gpt-4o-mini --limit 50` (PersonaMem's "
         "multiple-choice protocol; `--suite` adds the no-context, oracle, recent and retrieval modes).\n\n"
         "A budget is the most a model receives for any row, in the harness's own format. PersonaMem's script "
         "sends the history before the question (4 tokens a message on top of its `o200k_base` tokens, system "

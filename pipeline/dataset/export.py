@@ -13,14 +13,16 @@ PersonaMem's ``ast.literal_eval`` and adapters' ``json.loads`` both read.
 from __future__ import annotations
 
 import json
+import os
 from collections import defaultdict
 from collections.abc import Iterator
 from itertools import accumulate
 from pathlib import Path
+from shlex import quote
 
 from pydantic import BaseModel
 
-from pipeline.dataset.files import check_export_file, export_folder, write_csv, write_jsonl, write_text
+from pipeline.dataset.files import check_export_file, export_unit, write_csv, write_jsonl, write_text
 from pipeline.dataset.reading import Dataset
 from pipeline.errors import UserError
 from pipeline.s5_assembly import fit
@@ -67,25 +69,28 @@ def export_personamem(ds: Dataset, out: Path) -> list[ExportedFile]:
     """Write ``questions_<size>.csv`` and ``shared_contexts_<size>.jsonl`` for every budget."""
     files = []
     labels = size_labels({c.budget_tokens for c in ds.contexts})
-    export_folder(out, [f"{kind}_{label}.{ext}" for label in labels.values()
-                        for kind, ext in (("shared_contexts", "jsonl"), ("questions", "csv"))] + ["README.md"])
-    for budget, label in sorted(labels.items()):
-        contexts = [c for c in ds.contexts if c.budget_tokens == budget]
-        shared = out / f"shared_contexts_{label}.jsonl"
-        rows = write_jsonl(shared, ({c.context_id: [m.model_dump() for m in ds.materialize_context(c.context_id)]}
-                                    for c in contexts))
-        files.append(ExportedFile(path=shared, rows=rows))
-        questions = out / f"questions_{label}.csv"
-        files.append(ExportedFile(path=questions, rows=write_csv(questions, QUESTION_COLUMNS,
-                                                                 personamem_rows(ds, contexts))))
-    readme = out / "README.md"
-    files.append(ExportedFile(path=readme, rows=write_text(readme, personamem_readme(ds, out, sorted(labels.values())))))
+    names = [f"{kind}_{label}.{ext}" for label in labels.values()
+             for kind, ext in (("shared_contexts", "jsonl"), ("questions", "csv"))] + ["README.md"]
+    with export_unit(out, names) as stage:
+        for budget, label in sorted(labels.items()):
+            contexts = [c for c in ds.contexts if c.budget_tokens == budget]
+            shared = f"shared_contexts_{label}.jsonl"
+            rows = write_jsonl(stage / shared, ({c.context_id: [m.model_dump() for m in
+                                                                ds.materialize_context(c.context_id)]}
+                                                for c in contexts))
+            files.append(ExportedFile(path=out / shared, rows=rows))
+            questions = f"questions_{label}.csv"
+            files.append(ExportedFile(path=out / questions, rows=write_csv(stage / questions, QUESTION_COLUMNS,
+                                                                           personamem_rows(ds, contexts))))
+        readme = personamem_readme(ds, out, sorted(labels.values()))
+        files.append(ExportedFile(path=out / "README.md", rows=write_text(stage / "README.md", readme)))
     return files
 
 
 def personamem_readme(ds: Dataset, out: Path, labels: list[str]) -> str:
     """The export folder's README.md: what the files are, the command that reads them, how a row is counted."""
     first = labels[0] if labels else "32k"
+    where = Path(os.path.abspath(out))  # the script runs in PersonaMem's checkout: an absolute path finds the files
     return (
         f"# PersonaMem format: {ds.path.parent.name} {ds.path.name}\n\n"
         "Written by `personagen export personamem`, in the format of PersonaMem's released data "
@@ -97,8 +102,8 @@ def personamem_readme(ds: Dataset, out: Path, labels: list[str]) -> str:
         "`messages[:end_index_in_shared_context]`.\n\n"
         "Read by PersonaMem's script, in its checkout (with its `config.yaml` and `api_tokens/openai_key.txt`):\n\n"
         f"    python inference_standalone_openai.py --step evaluate --model gpt-4o --question_path "
-        f"{out / f'questions_{first}.csv'} --context_path {out / f'shared_contexts_{first}.jsonl'} "
-        f"--result_path results_{first}.csv\n\n"
+        f"{quote(str(where / f'questions_{first}.csv'))} --context_path "
+        f"{quote(str(where / f'shared_contexts_{first}.jsonl'))} --result_path results_{first}.csv\n\n"
         "Each row as that script sends it (history, then the question, instruction and options; system "
         f"messages folded in for o-family models) plus {fit.PM_ANSWER_RESERVE:,} tokens for the answer is at "
         "most the budget (`o200k_base`, 4 tokens a message). The version's README.md has the field glossary.\n"

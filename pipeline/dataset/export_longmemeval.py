@@ -19,9 +19,11 @@ assistant only). What the upstream code requires, and how it is met:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from shlex import quote
 
 from pipeline.dataset.export import (
     ExportedFile,
@@ -31,7 +33,7 @@ from pipeline.dataset.export import (
     placements_by_context,
     size_labels,
 )
-from pipeline.dataset.files import export_folder, write_json_list, write_text
+from pipeline.dataset.files import export_unit, write_json_list, write_text
 from pipeline.dataset.lme_questions import assistant_question, temporal_question
 from pipeline.dataset.reading import Dataset
 from pipeline.s5_assembly.budget import slot_dates
@@ -65,24 +67,24 @@ def export_longmemeval(ds: Dataset, out: Path, budget: int | None = None) -> lis
     """Write ``longmemeval_<size>.json`` for every budget (or only ``budget``) into the folder ``out``."""
     check_budget(ds, budget)
     labels = size_labels({c.budget_tokens for c in ds.contexts})
-    export_folder(out, [f"longmemeval_{label}.json" for size, label in labels.items() if budget in (None, size)]
-                  + ["README.md"])
     files = []
-    for size, label in sorted(labels.items()):
-        if budget is None or size == budget:
-            contexts = [c for c in ds.contexts if c.budget_tokens == size]
-            path = out / f"longmemeval_{label}.json"
-            files.append(ExportedFile(path=path, rows=write_json_list(path, longmemeval_entries(ds, contexts),
-                                                                         allow_empty=budget is None)))
-    readme = out / "README.md"
-    files.append(ExportedFile(path=readme, rows=write_text(readme, longmemeval_readme(ds, files))))
+    with export_unit(out, [f"longmemeval_{label}.json" for size, label in labels.items()
+                           if budget in (None, size)] + ["README.md"]) as stage:
+        for size, label in sorted(labels.items()):
+            if budget is None or size == budget:
+                contexts = [c for c in ds.contexts if c.budget_tokens == size]
+                name = f"longmemeval_{label}.json"
+                files.append(ExportedFile(path=out / name, rows=write_json_list(
+                    stage / name, longmemeval_entries(ds, contexts), allow_empty=budget is None)))
+        readme = longmemeval_readme(ds, files)
+        files.append(ExportedFile(path=out / "README.md", rows=write_text(stage / "README.md", readme)))
     return files
 
 
 def longmemeval_readme(ds: Dataset, files: list[ExportedFile]) -> str:
     """The export folder's README.md: what the files are, the commands that read them, the history cap."""
     names = [f.path.name for f in files]
-    first = str(files[0].path) if files else "DIR/longmemeval_32k.json"
+    first = quote(os.path.abspath(files[0].path)) if files else "DIR/longmemeval_32k.json"  # run in its checkout
     caps = ", ".join(f"{lme_history_cap(b):,} for {label}"
                      for b, label in sorted(size_labels({c.budget_tokens for c in ds.contexts}).items()))
     return (
@@ -93,7 +95,7 @@ def longmemeval_readme(ds: Dataset, files: list[ExportedFile]) -> str:
         "`answer_<id>` with `has_answer` on their turns; a question without evidence is an `_abs` entry; our type "
         "is in `personamem_question_type`, the choices in `options`.\n\n"
         "Read by LongMemEval's reader, in its `src/generation`:\n\n"
-        f"    python run_generation.py --in_file {first} --out_dir out --model_name gpt-4o --model_alias gpt-4o "
+        f"    mkdir -p out && python run_generation.py --in_file {first} --out_dir out --model_name gpt-4o --model_alias gpt-4o "
         "--openai_key KEY --retriever_type orig-session --topk_context 1000 --history_format json --useronly false "
         "--cot true\n\n"
         "then `src/evaluation/evaluate_qa.py` and `print_qa_metrics.py` on its output. Our 7 types map onto "

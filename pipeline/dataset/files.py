@@ -10,7 +10,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Iterable
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from pipeline.dataset.store import (
     ExportError,
     _os_reason,
+    check_can_write,
     check_out_folder,
     make_staging,
     replace_dir,
@@ -41,6 +42,29 @@ def export_folder(out: Path, names: list[str]) -> Path:
     except OSError as exc:
         raise ExportError(f"--out {out}: folder is not writable ({_os_reason(exc)})") from None
     return out
+
+
+@contextmanager
+def export_unit(out: Path, names: list[str]):
+    """An export's files as one unit: :func:`export_folder` checks ``out``, the block writes every file into the
+    staging folder it is given (inside ``out``, where a full disk or an error stops it, and nothing in ``out``
+    has changed), and only then are the files moved into ``out`` (renames, which need no space)."""
+    with suppress(OSError):  # a name too long, a file: export_folder says so in one line
+        if not out.is_symlink():
+            sweep(out, (".staging-export-",))  # a killed export's staging folder
+    export_folder(out, names)
+    try:
+        staging = make_staging(out, "export")
+    except OSError as exc:
+        raise ExportError(f"--out {out}: folder is not writable ({_os_reason(exc)})") from None
+    try:
+        yield staging
+        for path in sorted(staging.iterdir()):
+            os.replace(path, out / path.name)
+    except OSError as exc:
+        raise ExportError(f"--out {out}: cannot write ({_os_reason(exc)}); nothing was exported") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 @contextmanager
@@ -197,6 +221,7 @@ def _write_folder(target: Path, files: dict[str, bytes], *, option: str = "repor
     """``files`` as the folder ``target``, replacing an earlier one of ours (never a folder holding other files)."""
     ours = set(ours) | set(files)
     check_out_folder(target, option=option, ours=ours)
+    check_can_write(target, option=option)
     sweep(target.parent, (f".staging-{target.name}-", f".trash-{target.name}-"))
     staging = make_staging(target.parent, target.name)
     try:
@@ -205,7 +230,17 @@ def _write_folder(target: Path, files: dict[str, bytes], *, option: str = "repor
         write_marker(staging, list(files))
         check_out_folder(target, option=option, ours=ours)
         replace_dir(staging, target)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ExportError(f"{option} {target}: cannot write there ({_os_reason(exc)}); nothing was written") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return target
+
+
+def check_report(version: Path) -> None:
+    """Refuse, before any plot is drawn, a version whose report folder cannot be written."""
+    target = version / "report"
+    check_out_folder(target, option="report folder")
+    check_can_write(target, option="report folder")

@@ -135,8 +135,18 @@ def check_out_folder(target: Path, *, option: str = "--out", ours: set[str] = fr
 
 def check_tables_folder(target: Path) -> None:
     """:func:`check_out_folder` for a folder of tables (`plan`, `text`, `queries`): table files alone, as
-    versions before the marker wrote them, count as ours too."""
+    versions before the marker wrote them, count as ours too; and the folder it goes in must take files
+    (run before any model call)."""
     check_out_folder(target, ours={f"{name}.parquet" for name in TABLES})
+    check_can_write(target)
+
+
+def check_can_write(target: Path, *, option: str = "--out") -> None:
+    """Refuse (one line, ExportError) a ``target`` folder whose parent cannot take the staging folder it is
+    written through (a read-only file system, no permission)."""
+    problem = writable_problem(target.parent)
+    if problem is not None:
+        raise ExportError(f"{option} {target}: cannot write there ({problem}); nothing was written")
 
 
 def write_marker(folder: Path, files: set[str] | list[str], *, keep: bool = False) -> None:
@@ -213,12 +223,18 @@ def write_tables(target: Path, tables: dict[str, list[BaseModel]]) -> dict[str, 
     as older versions wrote without a marker, counts): nothing else is replaced."""
     check_tables_folder(target)
     sweep(target.parent, (f".staging-{target.name}-", f".trash-{target.name}-"))
-    staging = make_staging(target.parent, target.name)
+    try:
+        staging = make_staging(target.parent, target.name)
+    except OSError as exc:
+        raise ExportError(f"--out {target}: cannot write there ({_os_reason(exc)}); nothing was written") from None
     try:
         counts = {name: write_table(staging, name, rows).num_rows for name, rows in tables.items()}
         write_marker(staging, [f"{name}.parquet" for name in tables])
         check_tables_folder(target)  # again, just before the swap: it may have changed meanwhile
         replace_dir(staging, target)
+    except OSError as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise ExportError(f"--out {target}: cannot write there ({_os_reason(exc)}); nothing was written") from None
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -11,10 +11,11 @@ import time
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from pipeline.errors import redact
 from pipeline.llm.errors import CacheError
+from pipeline.llm.notices import notice
 
 KEY_SCHEME = 1
 
@@ -77,8 +78,14 @@ def _reason(exc: BaseException) -> str:
     hints = {"unable to open database file": "is it a folder, or in a missing or unreadable one?",
              "file is not a database": "the file holds something else",
              "attempt to write a readonly database": "the file or its folder is read-only",
-             "database disk image is malformed": "the file is damaged; move it aside to start a new cache"}
+             "database disk image is malformed": "the file is damaged; move it aside to start a new cache",
+             "database or disk is full": "the disk under the cache is full; free space, then rerun"}
     return f"{text}: {hints[text]}" if text in hints else text
+
+
+# The first failure of each cache path in this process (a full disk mid-run): a run whose calls then count as
+# unanswered says the cache is at fault, not the server.
+STORE_FAILURES: dict[str, str] = {}
 
 
 class CallRecord(BaseModel):
@@ -118,6 +125,7 @@ class LLMCache:
     def __init__(self, path: Path | str, *, busy_timeout_ms: int = 30_000, tag: str | None = None) -> None:
         self.path = Path(path)
         self.tag = tag
+        self._said_damaged = False
         self._lock = threading.Lock()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,7 +172,20 @@ class LLMCache:
             cursor = self._db.execute("SELECT * FROM calls WHERE key = ? AND status = 'ok'", (key,))
             row = cursor.fetchone()
             names = [d[0] for d in cursor.description]
-        return CallRecord(**dict(zip(names, row, strict=True))) if row else None
+        return self._parsed(names, row) if row else None
+
+    def _parsed(self, names: list[str], row: tuple) -> CallRecord | None:
+        """The record of one row, or None for a row whose fields do not hold their types (edited or damaged by
+        hand): such a row counts as a miss, said once, and is asked again (the new answer replaces it)."""
+        try:
+            return CallRecord(**dict(zip(names, row, strict=True)))
+        except ValidationError as exc:
+            if not self._said_damaged:
+                self._said_damaged = True
+                err = exc.errors()[0]
+                notice(f"{self.path}: a cached call is damaged ({'.'.join(map(str, err['loc']))}: {err['msg']}); "
+                       "such rows count as not cached and are asked again")
+            return None
 
     def put(self, record: CallRecord) -> None:
         """Insert or replace one record and commit it at once."""
@@ -195,15 +216,15 @@ class LLMCache:
             cursor = self._db.execute("SELECT * FROM calls WHERE tag = ? AND status = 'ok' ORDER BY created_at",
                                       (tag,))
             names = [d[0] for d in cursor.description]
-            return [CallRecord(**dict(zip(names, row, strict=True))) for row in cursor.fetchall()]
+            return [r for row in cursor.fetchall() if (r := self._parsed(names, row)) is not None]
 
     def records(self, *, exclude: set[str] = frozenset()) -> list[CallRecord]:
         """Every stored record, failures included, except those whose key is in ``exclude``."""
         with self._lock, self._failing():
             cursor = self._db.execute("SELECT * FROM calls ORDER BY created_at")
             names = [d[0] for d in cursor.description]
-            rows = [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
-        return [CallRecord(**row) for row in rows if row["key"] not in exclude]
+            rows = cursor.fetchall()
+        return [r for row in rows if (r := self._parsed(names, row)) is not None and r.key not in exclude]
 
     @contextlib.contextmanager
     def _failing(self):
@@ -211,12 +232,15 @@ class LLMCache:
         try:
             yield
         except sqlite3.DatabaseError as exc:
-            raise CacheError(f"{self.path}: the LLM cache failed ({_reason(exc)})") from None
+            message = f"{self.path}: the LLM cache failed ({_reason(exc)})"
+            STORE_FAILURES.setdefault(str(self.path), message)
+            raise CacheError(message) from None
 
     def recent(self, provider: str, model: str, limit: int = 500) -> list[tuple[float, int]]:
         """(created_at, output_tokens) of the latest calls to one model, failed ones included (their tokens
         took time too), newest first."""
         sql = ("SELECT created_at, output_tokens FROM calls WHERE provider = ? AND model = ? "
+               "AND typeof(created_at) IN ('real', 'integer') AND typeof(output_tokens) = 'integer' "
                "ORDER BY created_at DESC LIMIT ?")
         with self._lock:
             return [(float(t), int(n)) for t, n in self._db.execute(sql, (provider, model, limit)).fetchall()]

@@ -17,11 +17,12 @@ import random
 import threading
 import time
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from pipeline.errors import redact
+from pipeline.errors import first_validation_error, redact
 from pipeline.llm.asks import call_label, reasked, resampled, validate_reply
 from pipeline.llm.backends import Backend, BackendReply, BackendRequest
 from pipeline.llm.cache import CacheKey, CallRecord, LLMCache
@@ -34,7 +35,7 @@ from pipeline.llm.errors import (
 )
 from pipeline.llm.factory import make_backend, resolve_backend_string
 from pipeline.llm.limits import Runtime
-from pipeline.llm.notices import finished
+from pipeline.llm.notices import finished, notice
 from pipeline.llm.transport import Transport
 from pipeline.prompting import PromptEnv, PromptSpec
 from schemas.llm import LLMSettings, TokenCount, UsageSummary
@@ -78,11 +79,23 @@ class LLM(Transport):
         self._usage_lock = threading.Lock()
         self._jitter = random.Random()
         self._inflight: dict[str, asyncio.Future] = {}  # digest -> the call in flight (on the Runtime's loop)
+        self.setup_bound_s: float | None = None  # set by `bounded`: set-up calls give up sooner
+        self._said_unparsed: set[str] = set()  # specs whose damaged cached replies were said
 
     @property
     def name(self) -> str:
         """`provider:model` of the backend."""
         return f"{self.backend.provider}:{self.backend.model}"
+
+    @contextmanager
+    def bounded(self, seconds: float):
+        """Calls made in the block (the plan's measuring calls) give up after ``seconds``, retries included,
+        where that is sooner than ``llm.call_timeout_s``: a server that does not answer fails the start soon."""
+        previous, self.setup_bound_s = self.setup_bound_s, seconds
+        try:
+            yield self
+        finally:
+            self.setup_bound_s = previous
 
     def preflight(self) -> None:
         """Raise one-line ConfigError if the backend cannot work (skipped in cache-only mode)."""
@@ -204,9 +217,9 @@ class LLM(Transport):
         key = self._key(spec, messages, sample_index)
         digest = key.digest()
         hit = self.cache.get(digest)
-        if hit is not None:
+        if hit is not None and (cached := self._cached_output(spec, hit)) is not None:
             self._record(stage, TokenCount(calls=1, cache_hits=1))
-            return spec.output.model_validate_json(hit.output)
+            return cached
         if self.settings.cache_only:  # an unanswered call like any other: the run counts it
             self._record(stage, TokenCount(calls=1, failures=1, transport_failures=1))
             raise CacheMiss(f"cache-only: no cached response for {spec.name} (key {digest[:16]})")
@@ -217,6 +230,18 @@ class LLM(Transport):
         )
         output, _ = await self._once(digest, stage, lambda: self._call(spec, request, stage))
         return output.model_copy(deep=True)
+
+    def _cached_output(self, spec: PromptSpec, hit) -> BaseModel | None:
+        """A cached reply as ``spec``'s output, or None (a miss, said once) when the stored output no longer
+        parses as it: a row edited by hand, or one another version of the schema wrote."""
+        try:
+            return spec.output.model_validate_json(hit.output or "")
+        except ValidationError as exc:
+            if spec.name not in self._said_unparsed:
+                self._said_unparsed.add(spec.name)
+                notice(f"{self.cache.path}: a cached reply of {spec.name} does not parse as {spec.output.__name__} "
+                       f"({first_validation_error(exc, 'output')}); such replies are asked again")
+            return None
 
     async def _once(self, digest: str, stage: str, call: Callable) -> tuple[object, bool]:
         """(result, shared): ``call()``'s result for a key not in the cache, or, when the same key is already in

@@ -16,6 +16,9 @@ from pipeline.tokens import count_tokens
 from schemas.llm import TokenCount
 
 NOTICE_WAIT_S = 5.0
+# While a call waits longer than this for a server's answer or a rate limit's end, the terminal is told what
+# it waits for, again every HEARTBEAT_S (once per gateway, however many calls wait together).
+HEARTBEAT_S = 30.0
 
 
 class Transport:
@@ -29,18 +32,21 @@ class Transport:
         estimate = count_tokens("\n".join(m["content"] for m in request.messages)) if throttle.tokens else 0
         error: Exception | None = None
         bound = self.settings.call_timeout_s if self._timeout() is not None else None
+        bound_name = "llm.call_timeout_s"
+        if bound is not None and getattr(self, "setup_bound_s", None) and self.setup_bound_s < bound:
+            bound, bound_name = self.setup_bound_s, "the plan's measuring calls' bound"  # they give up sooner
         deadline = time.monotonic() + bound if bound else None
         for retry in range(self.settings.max_retries + 1):
             if retry:
                 delay = self._delay(retry, error)
                 if deadline is not None and time.monotonic() + max(delay, throttle.paused_until - time.monotonic()) \
                         >= deadline:
-                    raise TransportFailed(f"no answer within llm.call_timeout_s ({bound:g} s) after {retry} "
+                    raise TransportFailed(f"no answer within {bound_name} ({bound:g} s) after {retry} "
                                           f"tries: {describe_error(error)}")
                 count.retries += 1
                 await asyncio.sleep(delay)
             self.runtime.check()
-            await throttle.ready(estimate)
+            await self._said(throttle.ready(estimate), "the server's rate limit (HTTP 429) to pass", deadline)
             attempt = with_attempt(request, retry)
             async with throttle.slots:
                 self.runtime.check()  # a call that waited for its slot while the run was stopped
@@ -49,7 +55,8 @@ class Transport:
                 if deadline is not None:
                     timeout = max(0.001, min(timeout, deadline - time.monotonic()))
                 try:
-                    reply = await asyncio.wait_for(self.backend.complete(attempt), timeout)
+                    answer = asyncio.wait_for(self.backend.complete(attempt), timeout)
+                    reply = await (answer if timeout is None else self._said(answer, "the server's answer", deadline))
                 except RateLimited as exc:
                     self._pause(throttle, exc, retry)
                     error = exc
@@ -64,6 +71,22 @@ class Transport:
             throttle.charge(reply.input_tokens + reply.output_tokens - estimate)
             return reply
         raise TransportFailed(f"transport failed after {self.settings.max_retries + 1} tries: {describe_error(error)}")
+
+    async def _said(self, awaitable, what: str, deadline: float | None):
+        """Await ``awaitable``; while it takes longer than ``HEARTBEAT_S``, say what the call waits for (one line
+        per gateway each period, not one per waiting call)."""
+        task = asyncio.ensure_future(awaitable)
+        started = time.monotonic()
+        try:
+            while not (await asyncio.wait({task}, timeout=HEARTBEAT_S))[0]:
+                now = time.monotonic()
+                if now - getattr(self, "_heard_at", 0.0) >= HEARTBEAT_S * 0.9:
+                    self._heard_at = now
+                    limit = f"; gives up in {deadline - now:.0f} s" if deadline is not None else ""
+                    notice(f"{self.name}: still waiting for {what} ({now - started:.0f} s so far{limit})")
+            return task.result()
+        finally:
+            task.cancel()
 
     def _pause(self, throttle: Throttle, exc: RateLimited, retry: int) -> None:
         """Pause the backend for a 429: its Retry-After, capped at ``max_retry_after_s``; a long wait is said."""

@@ -12,6 +12,8 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from pipeline.dataset import Dataset, load, write_report
+from pipeline.dataset.files import check_report
+from pipeline.dataset.reading import verify
 from pipeline.errors import UserError
 from pipeline.evaluation.summary import (
     EvalSummary,
@@ -170,6 +172,8 @@ _CSS = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222
 def build_report(version: Path | str) -> ReportWritten:
     """Plot a dataset version (and its eval runs) and write ``<version>/report/``."""
     ds = load(version, tables=TABLES)
+    verify(ds.path, ds.manifest)  # every file, those the report does not read included, as inspect and export do
+    check_report(ds.path)  # a read-only version: one line before any plot is drawn
     evals = read_evals(ds.path)
     rendered = make_plots(ds, evals)
     summary = summary_markdown(ds, evals)

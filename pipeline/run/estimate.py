@@ -28,6 +28,9 @@ MIN_MEASURED = 3
 # embedded default) needed 2.7 samples a beat and 1.9 a query in one default-profile persona; other
 # backends start at 1.
 TYPICAL_ATTEMPTS = {"local": {"beat": 2.7, "query": 1.9}}
+# The measuring calls give up after this many seconds (retries included): a server that does not answer fails
+# the start in a minute, not after llm.call_timeout_s twice over.
+SETUP_CALL_S = 60.0
 # The measuring burst: beat-sized calls under their own name, so the cache's measures of beats leave them out.
 BURST = replace(BEAT, name="estimate.burst")
 PROMPT_SPEEDUP = 8.0  # prompt tokens are processed this many times faster than tokens are generated
@@ -230,10 +233,11 @@ def _first_eta(config: RunConfig, llm: LLM, *, workers: int, calls: float, out: 
     """The ETA before this cache holds a burst of this model's work: the calls, as many at a time as the run
     keeps in flight, each as long as a measured burst at that width said; else the single probe's speed."""
     parallel = run_concurrency(config, llm, workers=workers)
-    per_call = burst_seconds_per_call(llm, parallel)
-    if per_call:
-        return calls * per_call / parallel
-    probe = probe_speed(llm)
+    with llm.bounded(SETUP_CALL_S):
+        per_call = burst_seconds_per_call(llm, parallel)
+        if per_call:
+            return calls * per_call / parallel
+        probe = probe_speed(llm)
     return (out + inp / PROMPT_SPEEDUP) / (probe * parallel) if probe else None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipeline.dataset import publish
+from pipeline.llm.cache import STORE_FAILURES
 from pipeline.run.card_stats import stance_counts, text_origin
 from pipeline.run.checkpoint import Checkpoints, FilteredQueries, PersonaResult
 from pipeline.run.spec import RunFailed, RunSpec, fingerprint, model_name, template_fingerprints
@@ -39,8 +40,12 @@ def check_unanswered(spec: RunSpec, usage: UsageSummary) -> None:
     stages = sorted(((c.transport_failures, s) for s, c in usage.by_stage.items() if c.transport_failures),
                     reverse=True)
     where = ", ".join(f"{s} {n}" for n, s in stages[:4])
+    stored = STORE_FAILURES.get(str(spec.llm.cache_path))
+    if stored is not None:  # the answers came, the cache could not keep them: not the server's fault
+        raise RunFailed(f"{total.transport_failures} of {total.calls} model calls could not be stored: {stored} "
+                        f"({where}); nothing published")
     cause = ("no cached reply (--cache-only)" if spec.llm.cache_only
-             else "the server did not answer (transport failures or server errors) or a reply could not be stored")
+             else "the server did not answer (transport failures or server errors)")
     raise RunFailed(f"{total.transport_failures} of {total.calls} model calls got no answer: {cause} ({where}; "
                     f"allowed {spec.llm.max_failed_share:.0%}, llm.max_failed_share); nothing published; every "
                     "answered call is cached: rerun the same command to resume")
