@@ -218,3 +218,74 @@ def test_the_end_of_a_run_says_the_models_share_and_warns_when_code_wrote_most()
     line, warning = origin_summary(junk)
     assert "narrative 4%" in line and warning.startswith("warning: the model wrote only 2% ")
     assert origin_summary({}) == ("", None)
+
+
+EXIT_HOOK = """
+import atexit, sys, time
+atexit.register(lambda: (print("hook started", flush=True), time.sleep(3), print("hook done", flush=True)))
+from pipeline.cli.app import main
+sys.argv = ["personagen", "prompts", "list"]
+main()
+"""
+
+
+def test_ctrl_c_during_the_exit_hooks_is_not_heard(tmp_path):
+    """After the command ended, Ctrl-C while an exit hook runs (Prefect's server stopping) leaves no
+    "Exception ignored in atexit callback" traceback and the command's own exit status."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-c", EXIT_HOOK], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    for line in proc.stdout:
+        if "hook started" in line:
+            break
+    for _ in range(3):
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.2)
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=60) == 0, rest
+    assert "hook done" in rest and "Traceback" not in rest and "Exception ignored" not in rest, rest
+
+
+def _calls(cache: Path) -> int:
+    try:
+        with sqlite3.connect(f"file:{cache}?mode=ro", uri=True) as db:
+            return db.execute("select count(*) from calls").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+@pytest.mark.slow
+def test_four_ctrl_c_in_a_row_end_in_one_line(tmp_path):
+    """Ctrl-C pressed four times 0.2 s apart while the run works: the one line, then nothing more (Prefect's
+    logging and exit hooks are not interrupted into tracebacks)."""
+    import os
+    import signal
+    import sys
+    import time
+
+    from tests.support.procs import kill_group, start_in_group
+
+    log = tmp_path / "run.log"
+    args = [sys.executable, "-m", "pipeline.cli", "generate", "--profile", "smoke", "--n", "6", "--llm",
+            "fake?latency_s=0.2", "--outputs", str(tmp_path / "out"), "--cache", str(tmp_path / "c.sqlite")]
+    proc = start_in_group(args, log, env={**os.environ, "PREFECT_LOGGING_LEVEL": "ERROR"})
+    try:
+        deadline = time.monotonic() + 120
+        while _calls(tmp_path / "c.sqlite") < 20 and time.monotonic() < deadline:  # the run is under way
+            time.sleep(0.2)
+        for _ in range(4):
+            os.killpg(proc.pid, signal.SIGINT)
+            time.sleep(0.2)
+        code = proc.wait(timeout=120)
+    finally:
+        kill_group(proc)
+    text = log.read_text(errors="replace")
+    assert code in (130, -signal.SIGINT), text[-3000:]  # -2: a last press after Python's own handlers were gone
+    assert text.count("error: interrupted") == 1 and "rerun the same command to continue" in text
+    for noise in ("Traceback", "Logging error", "Exception ignored"):
+        assert noise not in text, text[-3000:]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from pipeline.cli.audit import audit
-from pipeline.cli.common import interruptible
+from pipeline.cli.common import interruptible, stopping
 from pipeline.cli.dataset import export_app, inspect, prune
 from pipeline.cli.eval import eval_command, report_command
 from pipeline.cli.generate import generate
@@ -30,7 +30,12 @@ app.command("report")(interruptible(report_command))
 
 
 def main() -> None:
-    app()
+    """The `personagen` command: once the command has ended (its one line said), Ctrl-C and SIGTERM are not
+    heard while the exit hooks run (Prefect's temporary server stopping), so none ends in a traceback."""
+    try:
+        app()
+    finally:
+        stopping()
 
 
 if __name__ == "__main__":

@@ -37,7 +37,36 @@ class Terminated(KeyboardInterrupt):
 
 
 def _on_sigterm(signum, frame) -> None:
+    stopping()
     raise Terminated()
+
+
+def _on_sigint(signum, frame) -> None:
+    stopping()
+    raise KeyboardInterrupt()
+
+
+def _unheard(signum, frame) -> None:
+    """A Ctrl-C or SIGTERM while the command already stops (or exits): its clean-up runs to the end, so no
+    second KeyboardInterrupt lands in a Prefect log call or an exit hook as a traceback."""
+
+
+def stopping() -> None:
+    """From now on further Ctrl-C and SIGTERM are not heard (main thread only; the clean-up is bounded)."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _unheard)
+        signal.signal(signal.SIGTERM, _unheard)
+
+
+def stop_handlers(terminated: Callable = _on_sigterm) -> tuple:
+    """Install the handlers: Ctrl-C and SIGTERM (``terminated``) raise once, then are not heard while the
+    command stops; returns the previous handlers for :func:`restore_handlers`."""
+    return signal.signal(signal.SIGINT, _on_sigint), signal.signal(signal.SIGTERM, terminated)
+
+
+def restore_handlers(previous: tuple) -> None:
+    signal.signal(signal.SIGINT, previous[0])
+    signal.signal(signal.SIGTERM, previous[1])
 
 
 def interruptible(command: Callable) -> Callable:
@@ -47,7 +76,7 @@ def interruptible(command: Callable) -> Callable:
     @functools.wraps(command)
     def run(*args, **kwargs):
         main = threading.current_thread() is threading.main_thread()
-        previous = signal.signal(signal.SIGTERM, _on_sigterm) if main else None
+        previous = stop_handlers() if main else None
         try:
             return command(*args, **kwargs)
         except KeyboardInterrupt as exc:
@@ -56,7 +85,7 @@ def interruptible(command: Callable) -> Callable:
                        code=code) from None
         finally:
             if main:
-                signal.signal(signal.SIGTERM, previous)
+                restore_handlers(previous)
 
     return run
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Annotated
@@ -20,7 +19,15 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from pipeline.cli.common import Terminated, console, err_console, fail
+from pipeline.cli.common import (
+    Terminated,
+    console,
+    err_console,
+    fail,
+    restore_handlers,
+    stop_handlers,
+    stopping,
+)
 from pipeline.config import load_config
 from pipeline.errors import UserError
 from schemas.llm import LLMSettings
@@ -239,6 +246,7 @@ class _Terminated(Terminated):
 
 
 def _on_sigterm(signum, frame) -> None:
+    stopping()
     raise _Terminated()
 
 
@@ -255,7 +263,7 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, dask_time
 
     # SIGTERM unwinds like Ctrl-C, so the run stops its model calls and cleans up (Prefect's temporary
     # server included) instead of Python's default of dying on the spot.
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    previous = stop_handlers(_on_sigterm)
     started, published_before = time.perf_counter(), len(PUBLISHED)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
@@ -283,7 +291,7 @@ def _run(spec, *, runner: str, workers: int, dask_address: str | None, dask_time
                  if runner == "dask" else "every finished model call and persona is saved")
         raise fail(f"interrupted; {saved}: rerun the same command to continue", code=code) from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        restore_handlers(previous)
     console.print(f"finished in {time.perf_counter() - started:.1f} s")
     return path
 
