@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import sqlite3
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -115,50 +116,43 @@ def test_the_plans_measuring_calls_give_up_at_their_own_bound(tmp_path, monkeypa
     assert llm.setup_bound_s is None
 
 
-def _cached_ping(tmp_path: Path):
-    from pipeline.llm import LLM
+@contextmanager
+def _damaged_ping(tmp_path: Path, damage: str):
+    """A fake gateway whose cached ping row was then changed by ``damage`` (SQL); yields (llm, the first
+    answer, the row's key, the notices heard while the block runs)."""
+    from pipeline.llm import LLM, listen_notices
     from pipeline.specs import PING
     from schemas.llm import LLMSettings
 
     llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "c.sqlite"))
-    context = PING.sample_context()
-    first = llm.generate(PING, context)
-    return llm, context, first, llm.cache_key(PING, context)
-
-
-def test_a_cached_row_with_text_where_a_number_belongs_is_a_miss_said_once(tmp_path):
-    from pipeline.llm import listen_notices
-    from pipeline.specs import PING
-
-    llm, context, first, key = _cached_ping(tmp_path)
+    first = llm.generate(PING, PING.sample_context())
     with sqlite3.connect(llm.cache.path) as db:
-        db.execute("UPDATE calls SET created_at = 'yesterday', latency_s = 'slow'")
+        db.execute(damage)
     heard: list[str] = []
     stop = listen_notices(heard.append)
     try:
-        assert llm.cache.get(key) is None and llm.cache.recent("fake", llm.backend.model) == []
-        assert llm.generate(PING, context) == first  # asked again, and the answer replaces the row
-        assert llm.cache.get(key) is not None
+        yield llm, first, llm.cache_key(PING, PING.sample_context()), heard
     finally:
         stop()
         llm.close()
+
+
+def test_a_cached_row_with_text_where_a_number_belongs_is_a_miss_said_once(tmp_path):
+    from pipeline.specs import PING
+
+    damage = "UPDATE calls SET created_at = 'yesterday', latency_s = 'slow'"
+    with _damaged_ping(tmp_path, damage) as (llm, first, key, heard):
+        assert llm.cache.get(key) is None and llm.cache.recent("fake", llm.backend.model) == []
+        assert llm.generate(PING, PING.sample_context()) == first  # asked again; the answer replaces the row
+        assert llm.cache.get(key) is not None
     assert len([line for line in heard if "cached call is damaged" in line]) == 1, heard
 
 
 def test_a_cached_reply_that_no_longer_parses_is_asked_again_and_says_the_cache_is_at_fault(tmp_path):
-    from pipeline.llm import listen_notices
     from pipeline.specs import PING
 
-    llm, context, first, key = _cached_ping(tmp_path)
-    with sqlite3.connect(llm.cache.path) as db:
-        db.execute("UPDATE calls SET output = '{\"bogus\": 1}'")
-    heard: list[str] = []
-    stop = listen_notices(heard.append)
-    try:
-        assert llm.generate(PING, context) == first
-    finally:
-        stop()
-        llm.close()
+    with _damaged_ping(tmp_path, "UPDATE calls SET output = '{\"bogus\": 1}'") as (llm, first, _, heard):
+        assert llm.generate(PING, PING.sample_context()) == first
     assert any("cached reply of" in line and "does not parse as PingReply" in line for line in heard), heard
 
 
