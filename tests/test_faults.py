@@ -512,9 +512,9 @@ def test_the_load_commands_run_as_printed_when_the_path_holds_quotes_and_spaces(
     lines = [line.strip() for line in load_commands(version).splitlines()[1:]]
     assert len(lines) == 3
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    for line in lines:
-        assert line.startswith((f"{shlex.quote(sys.executable)} -c ", "personagen export "))  # personagen's python
-        line = line.replace("personagen export", f"{shlex.quote(sys.executable)} -m pipeline.cli export", 1)
+    venv_personagen = shlex.quote(str(Path(sys.executable).parent / "personagen"))
+    for line in lines:  # personagen's own python and command: a fresh shell has neither on its PATH
+        assert line.startswith((f"{shlex.quote(sys.executable)} -c ", f"{venv_personagen} export "))
         done = subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=env, cwd=tmp_path, check=False)
         assert done.returncode == 0, (line, done.stderr[-2000:])
     assert (version.parent / "personamem_format").is_dir()
