@@ -291,6 +291,9 @@ def test_every_command_of_the_card_runs_as_pasted_and_the_harness_lines_find_the
         for command in evals:
             result = CliRunner().invoke(app, shlex.split(command.replace('"$V"', str(version)))[1:])
             assert result.exit_code == 0, (command, result.output)
+    # run inside the version, the eval writes only its run folder there; its cache goes beside the datasets
+    assert sorted(p.name for p in version.iterdir() if p.is_dir()) == ["evals"]
+    assert (tmp_path / ".cache" / "llm.sqlite").is_file()
 
 
 def test_the_load_hints_generate_prints_run_as_printed_in_a_fresh_shell(smoke, capsys, tmp_path):

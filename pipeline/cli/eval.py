@@ -56,12 +56,13 @@ def eval_command(
                                 window=window, judge_sample=judge_sample, budget=budget_option(budget))
         if name is not None:
             check_output_name(name)
-        cache = cache or outputs / ".cache" / "llm.sqlite"
+        version = None if cache else resolve(dataset, outputs)
+        cache = cache or _default_cache(version, outputs)
         gateway = _gateway(llm, window=window, max_tokens=max_tokens, temperature=temperature,
                            concurrency=concurrency, cache=cache)
         grader = _gateway(judge, window=None, max_tokens=256, temperature=0.0, concurrency=concurrency,
                           cache=cache, share=gateway) if answer == "open" else None
-        version = resolve(dataset, outputs)
+        version = version or resolve(dataset, outputs)
         name = name or run_name(gateway.name, settings, prefix="suite" if suite else None)
         eval_folder(version, name, outputs=outputs)  # writable, before any call
         for g in (gateway, grader):
@@ -77,6 +78,15 @@ def eval_command(
     if failed:
         raise fail(f"{failed} model or judge calls failed and are not scored; rerun the same command to retry "
                    "them (every finished call is cached)", code=1)
+
+
+def _default_cache(version: Path, outputs: Path) -> Path:
+    """``OUTPUTS/.cache/llm.sqlite`` where the version lies under ``--outputs``; else the cache of the outputs
+    folder that holds the version (``<version>/../../.cache``): a command run inside a version folder never
+    writes its cache into the version."""
+    here = version.resolve()
+    root = outputs if here.is_relative_to(outputs.resolve()) else here.parent.parent
+    return root / ".cache" / "llm.sqlite"
 
 
 def _check_options(*, modes: list[str], suite: bool, answer: str, judge: str | None, retriever: str,

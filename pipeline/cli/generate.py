@@ -352,6 +352,7 @@ def load_commands(path: Path) -> str:
     import sys
     from shlex import quote
 
+    path = Path(os.path.abspath(path))  # the lines run from any folder
     python = quote(sys.executable)  # the interpreter with personagen's packages (the system one may lack them)
     beside = Path(sys.executable).parent / "personagen"  # the venv's command: a fresh shell has no venv on PATH
     personagen = str(beside) if beside.is_file() else "personagen"

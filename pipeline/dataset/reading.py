@@ -138,8 +138,9 @@ def verify(directory: Path, manifest: Manifest | None = None, names: list[str] |
             raise DamagedDataset(f"{path}: missing (manifest.json lists it)")
         found = _file_entry(path, entry.rows)
         if found.bytes != entry.bytes or found.sha256 != entry.sha256:
-            raise DamagedDataset(f"{path}: damaged (sha256 or size differs from manifest.json: {found.bytes:,} "
-                                 f"bytes, expected {entry.bytes:,}); regenerate or restore this version")
+            what = (f"sha256 differs from manifest.json's, same size {found.bytes:,} bytes" if found.bytes == entry.bytes
+                    else f"size differs from manifest.json: {found.bytes:,} bytes, expected {entry.bytes:,}")
+            raise DamagedDataset(f"{path}: damaged ({what}); regenerate or restore this version")
 
 
 def materialize_context(dataset: Dataset, context_id: str, upto: int | None = None) -> list[ChatMessage]:

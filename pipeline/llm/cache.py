@@ -184,7 +184,7 @@ class LLMCache:
                 self._said_damaged = True
                 err = exc.errors()[0]
                 notice(f"{self.path}: a cached call is damaged ({'.'.join(map(str, err['loc']))}: {err['msg']}); "
-                       "such rows count as not cached and are asked again")
+                       "such rows count as not cached (asked again, unless --cache-only)")
             return None
 
     def put(self, record: CallRecord) -> None:

@@ -240,7 +240,7 @@ class LLM(Transport):
             if spec.name not in self._said_unparsed:
                 self._said_unparsed.add(spec.name)
                 notice(f"{self.cache.path}: a cached reply of {spec.name} does not parse as {spec.output.__name__} "
-                       f"({first_validation_error(exc, 'output')}); such replies are asked again")
+                       f"({first_validation_error(exc, 'output')}); such replies count as not cached")
             return None
 
     async def _once(self, digest: str, stage: str, call: Callable) -> tuple[object, bool]:
