@@ -6,7 +6,7 @@ import typer
 
 from pipeline.cli.audit import audit
 from pipeline.cli.common import interruptible, stopping
-from pipeline.cli.dataset import export_app, inspect, prune
+from pipeline.cli.dataset import export_app, inspect, prune, review
 from pipeline.cli.eval import eval_command, report_command
 from pipeline.cli.generate import generate
 from pipeline.cli.prompts import prompts_app
@@ -21,6 +21,7 @@ app.add_typer(export_app, name="export")
 app.command()(interruptible(inspect))
 app.command()(interruptible(audit))
 app.command()(interruptible(prune))
+app.command()(interruptible(review))
 app.add_typer(prompts_app, name="prompts")
 app.command()(interruptible(text))
 app.command()(interruptible(generate))

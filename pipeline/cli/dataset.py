@@ -102,3 +102,26 @@ def prune(
     for line in kept:
         console.print(f"kept {line}: not provably a version personagen published", highlight=False)
     console.print(f"removed: {', '.join(removed) or 'nothing'}")
+
+
+def review(
+    dataset: DatasetArg,
+    out: Annotated[Path, typer.Option("--out", help="folder for the pages (new, or one an earlier review wrote)")],
+    persona: Annotated[str | None, typer.Option("--persona", help="only this persona's page (a persona_id)")] = None,
+    outputs: OutputsOpt = Path("outputs"),
+) -> None:
+    """Write a static HTML page per persona (profile, timeline, preferences, sessions, queries) and an index."""
+    from pipeline.dataset import load, resolve
+    from pipeline.dataset.files import write_pages
+    from pipeline.reporting.review import render_review
+
+    try:
+        ds = load(resolve(dataset, outputs))
+        try:
+            pages = render_review(ds, persona)
+        except ValueError as exc:
+            raise UserError(f"--persona {persona}: {exc}") from None
+        written = write_pages(out, pages)
+    except UserError as exc:
+        raise fail(exc) from None
+    console.print(f"review: {written / 'index.html'}  ({len(pages) - 1} persona pages)", highlight=False)

@@ -211,6 +211,12 @@ def write_eval(folder: Path, tables: dict[str, pa.Table], markdown: str, summary
         raise UserError(f"{folder}: cannot write the eval results ({_os_reason(exc)})") from None
 
 
+def write_pages(out: Path, files: dict[str, bytes]) -> Path:
+    """Write a folder of pages (``personagen review``) as a unit into ``out``: new, empty, or one an earlier
+    review wrote (its marker lists them); never a folder holding anything else."""
+    return _write_folder(out, files, option="--out")
+
+
 def write_report(version: Path, files: dict[str, bytes]) -> Path:
     """Write ``<version>/report/`` (report.html and its PNG files) as a unit, replacing an older report."""
     return _write_folder(version / "report", files)
