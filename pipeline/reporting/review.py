@@ -4,6 +4,7 @@ link points inside them, and every text from the dataset is escaped."""
 
 from __future__ import annotations
 
+import base64
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 import jinja2
 
 from pipeline.dataset import Dataset
+from pipeline.reporting import plots
 from schemas.conversation import SessionWithTurns
 from schemas.ids import version_key
 from schemas.query import Query
@@ -96,6 +98,9 @@ def _environment() -> jinja2.Environment:
 def render_review(ds: Dataset, persona_id: str | None = None) -> dict[str, bytes]:
     """The pages of the review folder: ``index.html`` and one page per persona, as bytes by file name."""
     views = persona_views(ds, persona_id)
+    edges = defaultdict(list)
+    for edge in ds.event_edges:
+        edges[edge.child_event_id].append(edge)
     env = _environment()
     title = f"{ds.manifest.dataset} {ds.manifest.version}"
     types = Counter(q.type for v in views for q in v.queries)
@@ -105,7 +110,8 @@ def render_review(ds: Dataset, persona_id: str | None = None) -> dict[str, bytes
         versions = {version_key(v.pref_id, v.version): v for chain in view.chains.values() for v in chain}
         events = {e.event_id: e for e in view.events}
         files[view.page] = env.get_template("review_persona.html.j2").render(
-            title=title, view=view, versions=versions, events=events, changes=_changes(view.events, versions)).encode()
+            title=title, view=view, versions=versions, events=events, changes=_changes(view.events, versions),
+            graph=_graph(view, edges)).encode()
     return files
 
 
@@ -122,3 +128,13 @@ def _changes(events: list[Event], versions: dict[str, PreferenceVersion]) -> dic
                                 " -> ".join(dict.fromkeys(v.stance for v in sorted(chain, key=lambda v: v.version))))
                                for chain in touched.values()]
     return out
+
+
+def _graph(view: PersonaView, edges: dict[str, list]) -> str:
+    """The persona's timeline drawn as a DAG (events in time, cause -> effect edges, preference lanes), as a
+    PNG data URI: the page stays one file."""
+    mine = [edge for e in view.events for edge in edges.get(e.event_id, [])]
+    versions = [v for chain in view.chains.values() for v in chain]
+    title = f"Timeline of {view.persona.name}: {len(view.events)} events, {len(mine)} edges, {len(versions)} versions"
+    return "data:image/png;base64," + base64.b64encode(plots.timeline_graph(title, view.events, mine,
+                                                                             versions)).decode("ascii")
