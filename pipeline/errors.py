@@ -1,6 +1,7 @@
 """Errors a user can fix; the CLI prints their one-line message and exits non-zero. Secrets are redacted
 from every message (`redact`)."""
 
+import functools
 import os
 import re
 from urllib.parse import unquote
@@ -52,17 +53,28 @@ def _secret_values() -> list[str]:
     return sorted(forms, key=len, reverse=True)
 
 
+@functools.lru_cache(maxsize=16)
+def _pieces(secrets: tuple[str, ...]) -> frozenset[str]:
+    """Every piece of ``SECRET_PIECE`` characters of the (lower-cased) secrets; built once per set of secrets
+    (``redact`` runs on every reply and cache row)."""
+    return frozenset(s[i:i + SECRET_PIECE] for s in secrets for i in range(len(s) - SECRET_PIECE + 1))
+
+
 def _secret_spans(text: str, secrets: list[str]) -> list[tuple[int, int]]:
     """Where ``text`` holds a piece of ``SECRET_PIECE`` or more characters of a secret, in any case: every
-    window of that length that is a piece of one, merged into spans."""
-    pieces = {secret[i:i + SECRET_PIECE] for secret in secrets for i in range(len(secret) - SECRET_PIECE + 1)}
-    lowered, spans = text.lower(), []
-    for i in range(len(lowered) - SECRET_PIECE + 1):
-        if lowered[i:i + SECRET_PIECE] in pieces:
-            if spans and i <= spans[-1][1]:
-                spans[-1] = (spans[-1][0], i + SECRET_PIECE)
-            else:
-                spans.append((i, i + SECRET_PIECE))
+    window of that length that is a piece of one (found with str.find), merged into spans."""
+    lowered, starts = text.lower(), set()
+    for piece in _pieces(tuple(secrets)):
+        i = lowered.find(piece)
+        while i != -1:
+            starts.add(i)
+            i = lowered.find(piece, i + 1)
+    spans: list[tuple[int, int]] = []
+    for i in sorted(starts):
+        if spans and i <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], i + SECRET_PIECE)
+        else:
+            spans.append((i, i + SECRET_PIECE))
     return spans
 
 

@@ -204,10 +204,15 @@ def _starts_prefect_server() -> bool:
     return uses_temporary_server()
 
 
+def _cache_file(cache: Path) -> Path:
+    """The file opening ``cache`` writes: where a link points, for a link (the link itself is never ours)."""
+    return Path(os.path.realpath(cache)) if cache.is_symlink() else cache
+
+
 def _would_create(cache: Path) -> list[Path]:
-    """The paths opening ``cache`` creates: the file (where a link points, for a link) and the folders above it
-    that are not there yet, deepest first. A link itself, dangling or not, is never among them."""
-    target = Path(os.path.realpath(cache)) if cache.is_symlink() else cache
+    """The paths opening ``cache`` creates: the file and the folders above it that are not there yet, deepest
+    first. A link itself, dangling or not, is never among them."""
+    target = _cache_file(cache)
     return [p for p in (target, *target.parents) if not os.path.lexists(p)]
 
 
@@ -218,7 +223,7 @@ def _drop_empty_cache(gateway, cache: Path, created: list[Path]) -> None:
         if gateway.cache.count() > 0:
             return
         gateway.close()
-    target = Path(os.path.realpath(cache)) if cache.is_symlink() else cache
+    target = _cache_file(cache)
     if target in created:
         for path in (target, target.with_name(target.name + "-wal"), target.with_name(target.name + "-shm")):
             with contextlib.suppress(OSError):  # e.g. --outputs names a file: there is nothing to remove

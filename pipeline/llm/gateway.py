@@ -80,6 +80,7 @@ class LLM(Transport):
         self._jitter = random.Random()
         self._inflight: dict[str, asyncio.Future] = {}  # digest -> the call in flight (on the Runtime's loop)
         self.setup_bound_s: float | None = None  # set by `bounded`: set-up calls give up sooner
+        self._heard_at = 0.0  # when a long wait was last said (Transport._said)
         self._said_unparsed: set[str] = set()  # specs whose damaged cached replies were said
 
     @property

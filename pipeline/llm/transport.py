@@ -33,7 +33,7 @@ class Transport:
         error: Exception | None = None
         bound = self.settings.call_timeout_s if self._timeout() is not None else None
         bound_name = "llm.call_timeout_s"
-        if bound is not None and getattr(self, "setup_bound_s", None) and self.setup_bound_s < bound:
+        if bound is not None and self.setup_bound_s is not None and self.setup_bound_s < bound:
             bound, bound_name = self.setup_bound_s, "the plan's measuring calls' bound"  # they give up sooner
         deadline = time.monotonic() + bound if bound else None
         for retry in range(self.settings.max_retries + 1):
@@ -80,7 +80,7 @@ class Transport:
         try:
             while not (await asyncio.wait({task}, timeout=HEARTBEAT_S))[0]:
                 now = time.monotonic()
-                if now - getattr(self, "_heard_at", 0.0) >= HEARTBEAT_S * 0.9:
+                if now - self._heard_at >= HEARTBEAT_S * 0.9:
                     self._heard_at = now
                     limit = f"; gives up in {deadline - now:.0f} s" if deadline is not None else ""
                     notice(f"{self.name}: still waiting for {what} ({now - started:.0f} s so far{limit})")
