@@ -118,3 +118,29 @@ def test_a_cache_link_into_a_folder_survives_a_server_that_is_down_and_leaves_no
     assert result.exit_code == 2 and "cannot reach" in result.output, result.output
     assert link.is_symlink()
     assert sorted(p.name for p in target_folder.iterdir()) == ["keep.txt"]  # the file it made, removed again
+
+
+def test_the_writable_probe_survives_another_command_removing_its_folder_and_leaves_theirs(tmp_path, monkeypatch):
+    """Two commands probing the same new outputs folder at once: the other one's clean-up removing the folder
+    between our mkdir and our probe is a retry, not 'not writable'; a folder the other command made (existing
+    before our probe) is never removed by ours."""
+    from pipeline.dataset import store
+
+    target = tmp_path / "out" / "smoke"
+    real_write = Path.write_bytes
+    removed = []
+
+    def racing_write(self, data):
+        if self.name.startswith(".probe-") and not removed:  # the other command's clean-up wins the race
+            removed.append(self.parent)
+            self.parent.rmdir()
+            self.parent.parent.rmdir()
+        return real_write(self, data)
+
+    monkeypatch.setattr(Path, "write_bytes", racing_write)
+    assert store.writable_problem(target) is None and removed == [target]
+    assert not (tmp_path / "out").exists()
+    monkeypatch.undo()
+    theirs = tmp_path / "theirs" / "smoke"
+    theirs.mkdir(parents=True)
+    assert store.writable_problem(theirs) is None and theirs.is_dir()

@@ -65,20 +65,33 @@ def make_staging(parent: Path, label: str) -> Path:
 
 
 def writable_problem(folder: Path) -> str | None:
-    """None when a file can be created in ``folder``, else why not (one line). Folders made for the probe
-    are removed again, so a check before a run that fails later leaves no empty folder behind."""
-    made = [p for p in (folder, *folder.parents) if not p.exists()]  # deepest first
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
-        probe.write_bytes(b"")
-        probe.unlink()
-    except OSError as exc:
-        return _os_reason(exc)
-    finally:
-        for path in made:
-            with suppress(OSError):
-                path.rmdir()
+    """None when a file can be created in ``folder``, else why not (one line). Folders this call made for the
+    probe are removed again (only those: one another command made at the same moment is left), so a check
+    before a run that fails later leaves no empty folder behind. Another command's probe removing a folder
+    between our mkdir and our probe is a retry, not an error."""
+    for attempt in range(5):
+        made: list[Path] = []
+        try:
+            for path in reversed([p for p in (folder, *folder.parents) if not p.exists()]):  # shallowest first
+                try:
+                    path.mkdir()
+                    made.append(path)
+                except FileExistsError:
+                    pass
+            probe = folder / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
+            probe.write_bytes(b"")
+            probe.unlink()
+        except FileNotFoundError as exc:
+            if attempt == 4:
+                return _os_reason(exc)
+            continue
+        except OSError as exc:
+            return _os_reason(exc)
+        finally:
+            for path in reversed(made):  # deepest first
+                with suppress(OSError):
+                    path.rmdir()
+        return None
     return None
 
 
