@@ -7,34 +7,12 @@ which reply is correct: code owns that, so the wording cannot favour the right a
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
 from functools import cache
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from schemas.persona import Style
-
-# Neutral closing phrases; their words avoid the vocabulary of the code-written questions and replies.
-PAD_PHRASES: tuple[str, ...] = (
-    "Hope that is useful.", "That is my honest take.", "Let me know if that sounds off.",
-    "Happy to go deeper on it.", "Tell me if that rings true.", "We can adjust from there.",
-    "That is how I see it.", "Glad to expand on that.", "Correct me if needed.",
-)
-
-
-def pad_to(text: str, target: int, rng: random.Random, measure: Callable[[str], int] = len) -> str:
-    """``text`` followed by neutral phrases, each chosen to bring ``measure`` closest to ``target``."""
-    out = text.strip()
-    phrases = list(PAD_PHRASES)
-    rng.shuffle(phrases)
-    while phrases:
-        best = min(phrases, key=lambda p: abs(measure(f"{out} {p}") - target))
-        if abs(measure(f"{out} {best}") - target) >= abs(measure(out) - target):
-            break
-        phrases.remove(best)
-        out = f"{out} {best}"
-    return out
 
 
 class QueryContext(BaseModel):
@@ -62,10 +40,8 @@ class QueryContext(BaseModel):
 
 
 def _fake_query(cls, context: QueryContext, rng: random.Random) -> BaseModel:
-    """Fake-backend hook: the ask as the question, each reply padded to a common length with neutral phrases."""
-    target = max(len(r) for r in context.replies) + rng.randint(15, 35)
-    options = [pad_to(r, target + rng.randint(-4, 4), rng) for r in context.replies]
-    return cls(question=context.ask, options=options)
+    """Fake-backend hook: the message and the replies as code wrote them."""
+    return cls(question=context.ask, options=list(context.replies))
 
 
 @cache

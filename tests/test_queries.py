@@ -32,7 +32,8 @@ from pipeline.s4_queries.gates import (
 )
 from pipeline.s4_queries.generate_queries import QueryStats, generate_queries
 from pipeline.s4_queries.plan import balanced_positions, persona_facts, plan_queries
-from pipeline.s4_queries.types import DEFAULT_SITUATIONS, SITUATIONS, chain_set
+from pipeline.s4_queries.types import chain_set
+from pipeline.s4_queries.wording import topic_situations
 from pipeline.tokens import count_tokens
 from schemas.llm import LLMSettings
 from schemas.query import QUERY_TYPES, Evidence
@@ -295,37 +296,59 @@ def test_chain_sets_are_closed_under_mirror_and_prefix_and_draw_the_role():
 
 def test_track_always_shows_the_forgetful_reply_and_three_chains(fifty):
     for q in _kept(fifty, "track_full_preference_evolution"):
-        texts = [o.text for o in q.options]
-        assert sum(t.startswith("This is the first") for t in texts) == 1
-        assert sum("All along" in t for t in texts) <= 1
+        assert sum(o.role == "forgetful" or (o.role == "correct" and q.abstains()) for o in q.options) == 1
+        assert sum("all along" in o.text for o in q.options) <= 1
 
 
-def test_generalize_is_two_reasons_by_two_stances_about_a_named_situation(fifty):
-    situations = {s for group in SITUATIONS.values() for s in group} | set(DEFAULT_SITUATIONS)
+def _stance_of(text: str) -> str:
+    """The stance a reply acts on, from the variant's verbs (enjoy / love against avoid / dislike)."""
+    return "like" if re.search(r"\byou (?:still )?(?:enjoy|love)\b|which you (?:enjoy|love)", text) else "dislike"
+
+
+def test_generalize_is_two_reasons_by_two_stances_about_a_situation_of_its_topic(fifty):
     for q in _kept(fifty, "generalize_to_new_scenarios"):
-        reasons = Counter(t.split(", I would plan")[0] for t in (o.text for o in q.options))
-        stances = Counter("enjoy" if " you enjoy " in o.text else "avoid" for o in q.options)
-        assert sorted(reasons.values()) == [2, 2] and sorted(stances.values()) == [2, 2]
-        assert any(q.question.startswith(s) for s in situations), q.question
+        reasons = Counter(o.grounding[-1] for o in q.options)
+        stances = Counter(_stance_of(o.text) for o in q.options)
+        assert sorted(reasons.values()) == [2, 2] and sorted(stances.values()) == [2, 2], [o.text for o in q.options]
+        assert q.provenance["situation"] in topic_situations(q.topic).situations, q.provenance
 
 
-STANCE_ITEM = re.compile(r"You have (?:said that you (?:enjoy|avoid) (.+?) at this point|not yet said how you feel about (.+?))\.")
+def _items_named(q, facts) -> list[str]:
+    """The longest item of the persona's pools each option names."""
+    pool = {v.item for v in facts.timeline.preferences} | {i.name for t in facts.pools.inventory.values() for i in t}
+    pool |= {v.item for _, v in facts.pools.shadow_current(q.topic)} | {i.name for i in facts.pools._items(q.topic)}
+    return [max((i for i in pool if i in o.text), key=len, default="") for o in q.options]
 
 
 def test_item_by_stance_designs_show_every_item_twice(fifty):
-    for qtype, head in (("acknowledge_latest_preferences", None), ("provide_preference_aligned_recommendations", "Since you ")):
-        for q in _kept(fifty, qtype):
-            if qtype == "provide_preference_aligned_recommendations":
-                items = Counter(o.text.removeprefix(head).split(", I would")[0].split(" ", 1)[1] for o in q.options)
+    for qtype in ("acknowledge_latest_preferences", "provide_preference_aligned_recommendations"):
+        for q in _kept(fifty, qtype)[:80]:
+            facts = _facts(fifty, q.persona_id)
+            if qtype == "provide_preference_aligned_recommendations":  # "X over Y": the row's item is the one acted on
+                items = Counter(_provide_item(o.text) for o in q.options)
             else:
-                items = Counter(next(g for g in STANCE_ITEM.match(o.text).groups() if g) for o in q.options)
+                items = Counter(_items_named(q, facts))
             assert sorted(items.values()) == [2, 2], (qtype, [o.text for o in q.options])
 
 
-def test_every_provide_option_recommends_something(fifty):
+def _provide_item(text: str) -> str:
+    """The item a recommendation reply keeps or swaps out (the one its stance is about)."""
+    for pattern in (r"again, as you \w+ (?:it|them), rather than", r"\brather than (.+?), as you", r"\bover (.+?), which you",
+                    r"\band not (.+?), which you"):
+        if m := re.search(pattern, text):
+            if m.groups():
+                return m.group(1)
+            break
+    for pattern in (r"^I would go for (.+?) again", r"^Pick (.+?), which you", r"^My pick would be (.+?), which you"):
+        if m := re.search(pattern, text):
+            return m.group(1)
+    raise AssertionError(text)
+
+
+def test_every_provide_option_recommends_one_thing_over_another(fifty):
     for q in _kept(fifty, "provide_preference_aligned_recommendations"):
         for o in q.options:
-            assert "I would recommend " in o.text and "point you away" not in o.text
+            assert re.search(r"^(I would go for|Pick|My pick would be) ", o.text) and re.search(r"rather than|over|and not", o.text)
 
 
 def test_revisit_names_its_item_and_no_wrong_reason_caused_a_change_of_it(fifty):
@@ -335,7 +358,8 @@ def test_revisit_names_its_item_and_no_wrong_reason_caused_a_change_of_it(fifty)
         pref = q.provenance["focal"]
         item = facts.timeline.versions(pref)[-1].item
         assert item in q.question  # "has not changed" is about this item only, never another of the topic
-        assert sum("has not changed" in o.text for o in q.options) == 1
+        unchanged = [o for o in q.options if o.role == "outdated_preference" or (o.role == "correct" and len(o.grounding) == 1)]
+        assert len(unchanged) == 1
         causes = {c.event_id for c in facts.causes(pref)} | {f"taxonomy:{c.summary}" for c in facts.causes(pref)}
         for o in q.options:
             if o.role == "wrong_reason":
@@ -346,13 +370,13 @@ def test_revisit_names_its_item_and_no_wrong_reason_caused_a_change_of_it(fifty)
 
 def test_recall_asks_about_the_topic_in_every_form(fifty):
     for q in _kept(fifty, "recall_user_shared_facts"):
-        assert q.question.startswith("Can you remind me what I have been doing lately around ")
+        assert topic_situations(q.topic).phrase in q.question, q.question
 
 
 def test_correct_stance_is_balanced_where_both_stances_are_shown(fifty):
     for qtype in ("generalize_to_new_scenarios", "provide_preference_aligned_recommendations"):
-        stances = Counter(" you enjoy " in q.options[q.correct_index].text for q in _kept(fifty, qtype))
-        assert 0.38 < stances[True] / sum(stances.values()) < 0.62, (qtype, stances)
+        stances = Counter(_stance_of(q.options[q.correct_index].text) for q in _kept(fifty, qtype))
+        assert 0.38 < stances["like"] / sum(stances.values()) < 0.62, (qtype, stances)
 
 
 def test_recall_distractors_are_of_the_answers_kind(fifty):
@@ -380,7 +404,7 @@ def test_the_second_item_of_an_item_by_stance_design_shares_the_focal_items_sour
     """A catalog name and a model-written one read differently: the decoy item comes from the focal's source."""
     same = total = 0
     for q in _kept(fifty, "provide_preference_aligned_recommendations"):
-        items = {o.text.removeprefix("Since you ").split(", I would")[0].split(" ", 1)[1] for o in q.options}
+        items = {_provide_item(o.text) for o in q.options}
         sources = {_source(q.topic, i) for i in items}
         same, total = same + (len(sources) == 1), total + 1
     assert total > 50 and same / total > 0.9, (same, total)

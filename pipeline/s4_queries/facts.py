@@ -42,6 +42,7 @@ class Facts:
     voiced: dict[str, list[TurnRef]] = field(default_factory=dict)
     by_topic: dict[str, list[SessionWithTurns]] = field(default_factory=dict)
     _texts: list[tuple[str, set[str]]] = field(default_factory=list)
+    asked: set[str] = field(default_factory=set)  # the user messages already planned, so none repeats
 
     def __post_init__(self) -> None:
         voiced: dict[str, list[TurnRef]] = defaultdict(list)
@@ -150,24 +151,42 @@ class Facts:
         """Every life event behind some version of the preference (any time): none may be a wrong reason."""
         return [c for v in self.timeline.versions(pref_id) if (c := self.life_cause(v)) is not None]
 
-    def decoy_reasons(self, pref_id: str, as_of: datetime, k: int) -> list[tuple[str, str]]:
-        """Up to ``k`` (grounding, summary) reasons that are false for this preference: the persona's own
-        life events before ``as_of`` that caused no version of it, then taxonomy events that never
-        happened. The order is fixed per (persona, preference), so every query about the preference
-        (generalize, revisit) shows the same decoys next to the real cause: a reason seen in another
-        question of the persona does not single out the answer."""
+    def decoy_reasons(self, pref_id: str, k: int) -> list[tuple[str, str]]:
+        """Up to ``k`` (grounding, summary) reasons that are false for this preference: life events the persona
+        never lived that would have turned its item (naming the item first, then one of its facets, then its
+        topic: as related to the item as the true cause), of about the true cause's length, alternately toward
+        the stance it left (first) and the one it holds. Fixed per preference, whoever asks: its revisit and
+        generalize questions and its topic's recall questions show the same ones, so an event seen in another
+        question of the persona is no sign of the true one."""
         barred = {c.summary for c in self.causes(pref_id)}
-        own = [(e.event_id, e.summary) for e in sorted(self.timeline.events, key=lambda e: e.event_id)
-               if e.kind == "life_event" and e.time < as_of and e.summary not in barred]
+        versions = self.timeline.versions(pref_id)
+        now = versions[-1]
+        causes = self.causes(pref_id)
+        near = causes[-1].summary if causes else ""
         rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_reasons")
-        pool = own + [(f"taxonomy:{s}", s) for s in self.unlived_decoys()]
-        rng.shuffle(pool)
-        out, seen = [], set(barred)
-        for g, s in pool:
-            if s not in seen:
-                seen.add(s)
-                out.append((g, s))
-        return out[:k]
+        ways = []
+        for stance in ("dislike" if now.stance == "like" else "like", now.stance):
+            pool: list[str] = []
+            for tier in self.pools.related_events(now.topic, now.item, "+" if stance == "like" else "-"):
+                tier = [s for s in tier if s not in barred]
+                rng.shuffle(tier)
+                pool += tier
+            ways.append(near_in_length(pool[: max(3 * k, 8)], near, k))
+        out: list[str] = []
+        for pair in zip(*ways, strict=False):
+            out += [s for s in pair if s not in out]
+        return [(f"taxonomy:{s}", s) for s in out[:k]]
+
+    def related_untold(self, topic: str, rng: random.Random, k: int, near: str = "") -> list[str]:
+        """Up to ``k`` life events the persona never lived that reach ``topic`` (as related to it as a told
+        one), of about the length of ``near``: first the wrong reasons its revisit and generalize questions
+        show about the topic's preferences (so an event seen in another of its questions is no sign of a
+        lived one), then others that reach the topic, drawn per question."""
+        shown = sorted({s for pid in self.prefs(topic) for _, s in self.decoy_reasons(pid, 2)})
+        rest = [s for tier in self.pools.related_events(topic) for s in tier if s not in shown]
+        rng.shuffle(shown)
+        rng.shuffle(rest)
+        return near_in_length(shown[:k] + rest[: max(2 * k, 8)], near, k)
 
     def unlived_decoys(self, k: int = 6) -> list[str]:
         """``k`` taxonomy life events that never happened to the persona, fixed per persona: the
@@ -184,3 +203,11 @@ class Facts:
         same = [i for i in spare if self.pools.source(topic, i) == self.pools.source(topic, like)] or spare
         size = len(like.split())
         return min(same, key=lambda i: abs(len(i.split()) - size)) if same else None
+
+
+def near_in_length(pool: list[str], near: str, k: int) -> list[str]:
+    """The ``k`` entries of ``pool`` whose word counts are closest to ``near``'s (ties in pool order)."""
+    if not near:
+        return pool[:k]
+    size = len(near.split())
+    return sorted(pool, key=lambda s: abs(len(s.split()) - size))[:k]

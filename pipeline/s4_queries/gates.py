@@ -23,7 +23,7 @@ from pipeline.tokens import count_tokens
 from pipeline.words import keywords, mentions
 from schemas.config import QuerySettings
 from schemas.query import ABSENT, Query
-from schemas.query_drafts import JudgeContext, judge_draft, pad_to
+from schemas.query_drafts import JudgeContext, judge_draft
 
 GATES: tuple[str, ...] = ("structural", "model_call", "duplicate_options", "answer_in_question", "first_person",
                           "not_a_question", "copies_option", "length", "overlap", "unreadable", "judge")
@@ -79,7 +79,7 @@ def wording_problem(plan: QueryPlan, question: str, texts: list[str], tolerance:
         return "length", problem
     if problem := overlap_problem(question, texts, plan.correct_index):
         return "overlap", problem
-    allowed = [plan.answer, plan.ask_plain, *(o.text for o in plan.options)]  # the plan's own words count as known
+    allowed = [plan.answer, plan.ask, *(o.text for o in plan.options)]  # the plan's own words count as known
     if problem := text_problem(question, "question", allowed=allowed):
         return "unreadable", f"question: {problem}"
     for text in texts:
@@ -89,16 +89,10 @@ def wording_problem(plan: QueryPlan, question: str, texts: list[str], tolerance:
 
 
 def code_wording(plan: QueryPlan, tolerance: float, rng: random.Random) -> tuple[str, list[str]] | None:
-    """Plain wording from the groundings: every option padded with neutral phrases to one length in
-    characters, else in tokens (so lengths match by construction); the question without the topic when
-    that is what passes."""
-    for measure, extra in ((len, 24), (count_tokens, 5)):
-        target = max(measure(o.text) for o in plan.options) + extra
-        texts = [pad_to(o.text, target, rng, measure) for o in plan.options]
-        for question in (plan.ask, plan.ask_plain):
-            if wording_problem(plan, question, texts, tolerance) is None:
-                return question, texts
-    return None
+    """Code's own wording: the plan's message and replies as the builders wrote them (one reply variant, so
+    lengths differ only by slot values, never evened out by appended phrases), when it passes every gate."""
+    texts = [o.text for o in plan.options]
+    return (plan.ask, texts) if wording_problem(plan, plan.ask, texts, tolerance) is None else None
 
 
 def structural_problems(query: Query, facts: Facts) -> list[str]:

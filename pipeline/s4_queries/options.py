@@ -11,8 +11,6 @@ from pydantic import BaseModel
 from pipeline.s4_queries.facts import Facts
 from schemas.query import OptionRole
 
-FORGOT = "I do not recall you sharing anything like that so far."
-
 
 class OptionPlan(BaseModel):
     """One option decided in code: role, grounding ids, and plain wording."""
@@ -25,13 +23,12 @@ class OptionPlan(BaseModel):
 class Built(BaseModel):
     """A type builder's result before ordering: the correct option first, distractors by priority."""
 
-    ask: str
-    ask_plain: str
     answer: str
     options: list[OptionPlan]
     keys: list[str]
     n_pref_updates: int = 0
     form: Variant = "statement"
+    ask_slots: dict[str, str] = {}  # what the user's message names besides its situation (revisit: the item)
 
 
 Builder = Callable[..., Built | None]
@@ -58,17 +55,12 @@ FORGETFUL_TYPES = ("recall_user_shared_facts", "acknowledge_latest_preferences",
 FORGETFUL_WEIGHT = {"acknowledge_latest_preferences": 1, "track_full_preference_evolution": 0}
 
 
-def did(summary: str) -> str:
-    """An event summary after "you": ``was told ...`` -> ``were told ...``."""
-    return f"were {summary[4:]}" if summary.startswith("was ") else summary
-
-
 def option(role: OptionRole, grounding: list[str], text: str) -> OptionPlan:
     return OptionPlan(role=role, grounding=grounding, text=text)
 
 
-def built(facts: Facts, ask: tuple[str, str], answer: str, options: list[OptionPlan], keys: list[str],
-           updates: int = 0, form: Variant = "statement") -> Built | None:
+def built(facts: Facts, answer: str, options: list[OptionPlan], keys: list[str], updates: int = 0,
+          form: Variant = "statement", ask_slots: dict[str, str] | None = None) -> Built | None:
     """A Built with distinct option texts, cut to n_options; None when too few distractors."""
     seen, unique = set(), []
     for o in options:
@@ -79,5 +71,5 @@ def built(facts: Facts, ask: tuple[str, str], answer: str, options: list[OptionP
         return None
     kept = unique[: facts.n_options]
     grounded = {g for o in kept for g in o.grounding}
-    return Built(ask=ask[0], ask_plain=ask[1], answer=answer, options=kept, keys=[k for k in keys if k in grounded],
-                 n_pref_updates=updates, form=form)
+    return Built(answer=answer, options=kept, keys=[k for k in keys if k in grounded], n_pref_updates=updates,
+                 form=form, ask_slots=ask_slots or {})

@@ -5,6 +5,7 @@ time, its evidence turns, and its option order. No model; the same persona alway
 from __future__ import annotations
 
 import random
+import statistics
 from collections import Counter
 from datetime import datetime
 
@@ -14,7 +15,9 @@ from pipeline.s4_queries.facts import Facts, TurnRef
 from pipeline.s4_queries.options import FORGETFUL_TYPES, FORGETFUL_WEIGHT, VARIANTS, Built, OptionPlan
 from pipeline.s4_queries.sources import Pools, shadow_timelines
 from pipeline.s4_queries.types import BUILDERS
-from pipeline.words import keywords, topic_label
+from pipeline.s4_queries.wording import draw_message
+from pipeline.tokens import count_tokens
+from pipeline.words import keywords
 from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig
 from schemas.conversation import SessionWithTurns
@@ -39,7 +42,6 @@ class QueryPlan(BaseModel):
     anchor_session_id: str | None
     anchor_turn_index: int | None
     ask: str
-    ask_plain: str
     answer: str
     options: list[OptionPlan]
     correct_index: int
@@ -47,6 +49,7 @@ class QueryPlan(BaseModel):
     n_pref_updates: int
     focal: str = ""
     form: str = "statement"
+    situation: str = ""  # the catalog situation the user's message comes from (``recall``: the user's past)
 
     def to_query(self, question: str, texts: list[str], provenance: dict[str, str]) -> Query:
         """The stored query with this wording; roles, groundings and order come from the plan."""
@@ -55,7 +58,7 @@ class QueryPlan(BaseModel):
                      as_of=self.as_of, anchor_session_id=self.anchor_session_id,
                      anchor_turn_index=self.anchor_turn_index, question=question, options=options,
                      correct_index=self.correct_index, evidence=self.evidence, n_pref_updates=self.n_pref_updates,
-                     provenance={**provenance, "form": self.form, "focal": self.focal})
+                     provenance={**provenance, "form": self.form, "focal": self.focal, "situation": self.situation})
 
 
 def persona_facts(persona: Persona, timeline: Timeline, sessions: list[SessionWithTurns], *, config: RunConfig,
@@ -115,7 +118,7 @@ def _take(facts: Facts, qtype: str, variant: str, count: int, usage: Counter[str
         pick = min(pool, key=lambda c: ((miss := _stance(facts, c[1]) not in (wanted, None)) * first,
                                         usage[c[0]] + miss, miss, c[2]))
         pool.remove(pick)
-        draw = Draw(variant=variant, forgetful=rng.random() < forgetful_rate)
+        draw = Draw(variant=variant, forgetful=rng.random() < forgetful_rate, tolerance=settings.length_tolerance)
         plan = _plan_one(facts, qtype, pick[0], pick[1], rng, settings, draw)
         if plan is not None:
             out.append(plan)
@@ -140,7 +143,7 @@ def _candidates(facts: Facts, qtype: str, rng: random.Random,
     out = []
     for topic in facts.by_topic:
         if variant == "abstention":
-            focal = [topic] if qtype == "recall_user_shared_facts" else facts.spare_items(topic, rng, 1)
+            focal = [topic] if qtype == "recall_user_shared_facts" else _unheard(facts, topic, rng)
             out += [(topic, f, (0, rng.random())) for f in focal]
         elif variant == "no_change":
             out += [(topic, pid, (0, rng.random())) for pid in facts.prefs(topic) if not facts.updates(pid, end)]
@@ -156,11 +159,26 @@ def _candidates(facts: Facts, qtype: str, rng: random.Random,
     return out
 
 
+def _unheard(facts: Facts, topic: str, rng: random.Random) -> list[str]:
+    """The item an abstention asks about: one the persona never held nor named that its other questions show as
+    a decoy (the second item of a preference's item x stance design), so an item seen elsewhere in its
+    questions is no sign that it was voiced; a spare item of its pool when there is none."""
+    decoys = sorted({d for pid in facts.prefs(topic) if (v := facts.current(pid, facts.end))
+                     and (d := facts.decoy_item(topic, pid, v.item))})
+    return [rng.choice(decoys)] if decoys else facts.spare_items(topic, rng, 1)
+
+
 class Draw(BaseModel):
-    """Which variant of its type a query is, and whether it carries the forgetful distractor."""
+    """Which variant of its type a query is, whether it carries the forgetful distractor, and how far option
+    lengths may stray from their median (the length gate's tolerance)."""
 
     variant: str = "statement"
     forgetful: bool = True
+    tolerance: float = 0.25
+
+
+BUILD_TRIES = 4  # draws of a builder (reply variant, distractors) until the option lengths are even
+MESSAGE_TRIES = 6  # draws of the user's message until its words do not lean toward the right reply
 
 
 def _plan_one(facts: Facts, qtype: str, topic: str, focal: str, rng: random.Random,
@@ -172,13 +190,27 @@ def _plan_one(facts: Facts, qtype: str, topic: str, focal: str, rng: random.Rand
     refs = _refs(facts, built, facts.end)
     if refs is None:
         return None
-    return _plan(facts, qtype, topic, focal, built, facts.end, None, refs)
+    return _plan(facts, qtype, topic, focal, built, facts.end, None, refs, rng)
 
 
 def build(facts: Facts, qtype: str, topic: str, focal: str, as_of: datetime, rng: random.Random,
           draw: Draw) -> Built | None:
-    """The type's builder for one draw."""
-    return BUILDERS[qtype](facts, topic, focal, as_of, rng, variant=draw.variant, forgetful=draw.forgetful)
+    """The type's builder for one draw: redrawn (another reply variant, other distractors of the same kinds)
+    while its option lengths are uneven, since code never pads a reply to even them out. Whether a draw is
+    kept depends on lengths alone, the same for every role of the design, never on which option is right."""
+    out = None
+    for _ in range(BUILD_TRIES):
+        out = BUILDERS[qtype](facts, topic, focal, as_of, rng, variant=draw.variant, forgetful=draw.forgetful)
+        if out is None or even_lengths([o.text for o in out.options], draw.tolerance):
+            return out
+    return out
+
+
+def even_lengths(texts: list[str], tolerance: float) -> bool:
+    """Every text within ``tolerance`` of the median length in tokens (the length gate's rule)."""
+    lengths = [count_tokens(t) for t in texts]
+    median = statistics.median(lengths)
+    return all(abs(n - median) <= tolerance * median for n in lengths)
 
 
 def _refs(facts: Facts, built: Built | None, as_of: datetime) -> list[TurnRef] | None:
@@ -203,21 +235,24 @@ def _anchored(facts: Facts, qtype: str, topic: str, focal: str, rng: random.Rand
     turns = [t.turn_index for t in final.turns if t.role == "user" and t.turn_index > after]
     if not turns:
         return None
-    return _plan(facts, qtype, topic, focal, built, as_of, (final.session.session_id, rng.choice(turns)), refs)
+    return _plan(facts, qtype, topic, focal, built, as_of, (final.session.session_id, rng.choice(turns)), refs, rng)
 
 
 def _plan(facts: Facts, qtype, topic, focal, built: Built, as_of: datetime, anchor: tuple[str, int] | None,
-          refs: list[TurnRef]) -> QueryPlan:
-    label = topic_label(topic)
-    clash = keywords(label) & set().union(*(keywords(o.text) for o in built.options))
+          refs: list[TurnRef], rng: random.Random) -> QueryPlan:
+    """The plan with the user's in-situ message: a situation of the topic, a message of the type around it."""
+    for _ in range(MESSAGE_TRIES):  # a message whose words lean toward the right reply is drawn again
+        ask, situation = draw_message(qtype, topic, rng, facts.asked, **built.ask_slots)
+        shared = [len(keywords(ask) & keywords(o.text)) for o in built.options]
+        if not (shared[0] == max(shared) > 0 and shared.count(shared[0]) == 1):
+            break
     return QueryPlan(
         query_id=stable_id("qry", facts.persona.persona_id, qtype, topic, focal),
         persona_id=facts.persona.persona_id, type=qtype, topic=topic, as_of=as_of,
         anchor_session_id=anchor[0] if anchor else None, anchor_turn_index=anchor[1] if anchor else None,
-        ask=built.ask_plain if clash else built.ask.format(label=label), ask_plain=built.ask_plain,
-        answer=built.answer, options=built.options, correct_index=0,
+        ask=ask, answer=built.answer, options=built.options, correct_index=0,
         evidence=[Evidence(session_id=r.session_id, turn_index=r.turn_index) for r in refs],
-        n_pref_updates=built.n_pref_updates, focal=focal, form=built.form,
+        n_pref_updates=built.n_pref_updates, focal=focal, form=built.form, situation=situation,
     )
 
 
@@ -230,7 +265,8 @@ def _ordered(plan: QueryPlan, position: int, rng: random.Random) -> QueryPlan:
 
 
 def redraw(facts: Facts, query: Query, rng: random.Random) -> QueryPlan | None:
-    """The same question (type, focal, variant, time, anchor, correct position) with a new distractor draw."""
+    """The same question (its message, type, focal, variant, time, anchor, correct position) with a new
+    distractor draw."""
     draw = Draw(variant=query.provenance.get("form", "statement"),
                 forgetful=any(o.role == "forgetful" for o in query.options))
     focal = query.provenance.get("focal", "")
@@ -241,5 +277,6 @@ def redraw(facts: Facts, query: Query, rng: random.Random) -> QueryPlan | None:
     if refs is None:
         return None
     anchor = (query.anchor_session_id, query.anchor_turn_index) if query.anchor_session_id else None
-    plan = _plan(facts, query.type, query.topic, focal, built, query.as_of, anchor, refs)
-    return _ordered(plan, query.correct_index, rng)
+    plan = _plan(facts, query.type, query.topic, focal, built, query.as_of, anchor, refs, rng)
+    same = {"ask": query.question, "situation": query.provenance.get("situation", "")}
+    return _ordered(plan.model_copy(update=same), query.correct_index, rng)

@@ -123,12 +123,44 @@ class Pools:
         items = (self.like_source(topic, items, like) if like else items)[:k]
         return [t.replace("{item}", item) for t, item in zip(templates, items, strict=False)]
 
+    def related_events(self, topic: str, item: str | None = None, direction: str | None = None) -> list[list[str]]:
+        """Life-event summaries the persona never lived and could have (age, gender), in three tiers of
+        relatedness: those that name ``item`` and would turn it toward ``direction``, those pushing one of its
+        facets that way, those reaching ``topic`` at all. A wrong reason from the first tier is as related to
+        the item as the true one, so relatedness does not tell them apart."""
+        attrs = self.persona.attributes
+        lived = {e.summary for e in self.timeline.events}
+        facets = set(_item_facets().get((topic, item), ())) if item else set()
+        tiers: list[list[str]] = [[], [], []]
+        for summary, effects, items, ages, genders in _event_effects():
+            on_topic = [e for e in effects if e.topic == topic]
+            if summary in lived or not on_topic or (attrs.age is not None and not ages[0] <= attrs.age <= ages[1]) \
+                    or (genders and attrs.gender_identity not in genders):
+                continue
+            pushes = any(e.facet in facets and direction in (None, e.direction) for e in on_topic)
+            tiers[0 if pushes and item in items else 1 if pushes else 2].append(summary)
+        return tiers
+
     def _items(self, topic: str) -> list[InventoryItem]:
         return self.inventory.get(topic) or self._catalog(topic)
 
     def _catalog(self, topic: str) -> list[InventoryItem]:
         topics = load_catalog().topics
         return [InventoryItem(name=i.name, tags=list(i.tags)) for i in topics[topic].items] if topic in topics else []
+
+
+@cache
+def _event_effects() -> list[tuple[str, tuple, frozenset[str], tuple[int, int], tuple[str, ...]]]:
+    """(summary, effects, named items, age span, genders it requires) of every taxonomy life event."""
+    taxonomy = load_taxonomy()
+    return [(spec.summary, tuple(spec.parsed_effects(taxonomy.topic_aliases)), frozenset(spec.items), spec.age,
+             tuple(spec.requires.get("gender", ())))
+            for name in sorted(taxonomy.life_event_categories) for spec in taxonomy.life_event_categories[name].events]
+
+
+@cache
+def _item_facets() -> dict[tuple[str, str], list[str]]:
+    return load_catalog().item_facets()
 
 
 @cache

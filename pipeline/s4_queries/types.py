@@ -1,18 +1,21 @@
 """The 7 query types in code: each builder decides the correct option and the distractors from the
-persona's facts at ``as_of`` and words them plainly (the model's brief and the code-written fallback).
+persona's facts at ``as_of`` and words them as replies to an in-situ message (the model's brief and the
+code-written fallback): every option is what an assistant would say, acting on one belief about the user.
 
-Every option of one type shares one sentence frame, so no frame tells the right answer apart; the
-question (``ask``) never holds the answer, and its words avoid the frames' words. Every form a
-distractor takes is also the correct answer somewhere: "you have not told me" in abstention items
-(what is asked about was never voiced), "no change" for a preference that never changed (``variant``).
+Every option of a query is worded from one reply variant of the situation catalog (``wording.py``), differing
+only in its slot values, so no wording tells the right answer apart; the user's message (drawn in ``plan.py``
+around a situation of the topic) never holds the answer. Every form a distractor takes is also the correct
+answer somewhere: "you have not told me" in abstention items (what is asked about was never voiced), "no
+change" for a preference that never changed (``variant``).
 
 Option sets are exchangeable: the answer must not follow from how the options relate to each other
 (pairs, prefixes, mirrors, the odd one out). Each builder shows a design in which every option has the
 same relations to the others (item x stance, reason x stance, chains closed under mirror and prefix)
 and draws the correct option's role in it uniformly, or at the rate the planner asks each form; its
-docstring says which relations exist and why none singles out the answer. Distractor items and reasons
-come from the pools the persona's questions draw from (its own inventory, its own life events, fixed
-per preference), and no distractor is true of the history.
+docstring says which relations exist and why none singles out the answer. A wrong reason is a life event
+the persona never lived that would have turned the same item the same way (as related to the item as the
+true cause); an untold event of a recall question reaches the asked topic as a told one does; no distractor
+is true of the history.
 """
 
 from __future__ import annotations
@@ -21,8 +24,15 @@ from collections.abc import Callable
 from datetime import datetime
 
 from pipeline.s4_queries.facts import Facts
-from pipeline.s4_queries.options import FORGOT, Builder, Built, OptionPlan, Variant, built, did, option
-from pipeline.words import PAST, PRESENT, topic_label
+from pipeline.s4_queries.options import Builder, Built, OptionPlan, Variant, built, option
+from pipeline.s4_queries.wording import (
+    item_slots,
+    load_situations,
+    reply_variant,
+    second_person,
+    stance_verb,
+    topic_situations,
+)
 from schemas.query import ABSENT
 from schemas.timeline import PreferenceVersion
 
@@ -38,35 +48,39 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
     the rate of any other option; the other options are events in one frame and of the answer's kind
     (life events or routines; in an abstention a kind drawn at the rate the persona's told events have
     it), so the kind does not tell the answer; untold routines name items of the told routine's source
-    (catalog or model); untold life events are the persona's fixed never-lived decoys (lived by its shadow
-    personas first), which its revisit and generalize questions show too."""
-    frame = "You mentioned that you {}."
+    (catalog or model); untold life events are events the persona never lived that reach the topic, drawn
+    per question and of about the answer's length."""
+    wording = reply_variant("recall_user_shared_facts", rng)
+    phrase = topic_situations(topic).phrase
+    forgot = wording["forgot"].format(phrase=phrase)
+
+    def told(summary: str) -> str:
+        return wording["told"].format(reason=second_person(summary))
+
     if variant == "abstention":
         if facts.told_by(topic, as_of):
             return None
-        head = [option("correct", [f"{ABSENT}topic:{topic}"], FORGOT)]
-        answer, keys = FORGOT, []
-        told = [facts.timeline.event(e).kind for t in facts.by_topic for e in facts.told_events(t)]
-        kind = "life_event" if rng.random() < (told.count("life_event") / len(told) if told else 0.5) else "routine"
+        head = [option("correct", [f"{ABSENT}topic:{topic}"], forgot)]
+        answer, keys, near = forgot, [], ""
+        told_kinds = [facts.timeline.event(e).kind for t in facts.by_topic for e in facts.told_events(t)]
+        share = told_kinds.count("life_event") / len(told_kinds) if told_kinds else 0.5
+        kind = "life_event" if rng.random() < share else "routine"
         held = [v.item for v in facts.held(topic, as_of)]
         like = rng.choice(held) if held else None  # routines about items of a held item's source
     else:
         event = facts.timeline.event(focal)
         if event.time >= as_of:
             return None
-        head = [option("correct", [focal], frame.format(did(event.summary)))]
-        head += [option("forgetful", [], FORGOT)] if forgetful else []
-        answer, keys, kind = event.summary, [focal], event.kind
+        head = [option("correct", [focal], told(event.summary))]
+        head += [option("forgetful", [], forgot)] if forgetful else []
+        answer, keys, kind, near = event.summary, [focal], event.kind, event.summary
         versions = {v.key: v for v in facts.timeline.preferences}
         like = next((versions[k].item for k in event.pref_refs if k in versions), None)
-    decoys = facts.unlived_decoys()
-    rng.shuffle(decoys)
+    untold = facts.related_untold(topic, rng, facts.n_options, near)
     routines = facts.pools.unlived_routines(topic, rng, facts.n_options, like)
-    others = (routines + decoys) if kind == "routine" else (decoys + routines)  # the answer's kind first
-    options = head + [option("generic", [f"taxonomy:{s}"], frame.format(did(s))) for s in others]
-    asked = "Can you remind me what I have been doing lately around {label}?"
-    ask = (asked, asked.format(label=topic_label(topic)))  # the topic named in every form, abstention or not
-    return built(facts, ask, answer, options, keys, form=variant)
+    others = (routines + untold) if kind == "routine" else (untold + routines)  # the answer's kind first
+    options = head + [option("generic", [f"taxonomy:{s}"], told(s)) for s in others]
+    return built(facts, answer, options, keys, form=variant)
 
 
 # -- 2. suggest_new_ideas -------------------------------------------------------------------------------
@@ -86,15 +100,17 @@ def suggest_new_ideas(facts: Facts, topic: str, _focal: str, as_of: datetime, rn
     fresh = spare[:1] or facts.pools.fresh_items(topic, rng, 1)
     if not fresh:
         return None
-    frame = "How about trying {}? It would be a fresh pick for you."
-    options = [option("correct", [f"{'inventory' if spare else 'catalog'}:{fresh[0]}"], frame.format(fresh[0]))]
-    options += [option("outdated_preference", [v.key], frame.format(v.item)) for v in outdated[:1]]
-    options += [option("already_done", [v.key], frame.format(v.item)) for v in held if v.stance == "like"]
-    options += [option("violates_preference", [v.key], frame.format(v.item)) for v in held if v.stance == "dislike"]
-    ask = ("I want to try something different with {label}. What would you put forward?",
-           "I want to try something different. What would you put forward?")
+    frame = reply_variant("suggest_new_ideas", rng)["fresh"]
+
+    def text(item: str) -> str:
+        return frame.format(**item_slots(item))
+
+    options = [option("correct", [f"{'inventory' if spare else 'catalog'}:{fresh[0]}"], text(fresh[0]))]
+    options += [option("outdated_preference", [v.key], text(v.item)) for v in outdated[:1]]
+    options += [option("already_done", [v.key], text(v.item)) for v in held if v.stance == "like"]
+    options += [option("violates_preference", [v.key], text(v.item)) for v in held if v.stance == "dislike"]
     updates = facts.updates(outdated[0].pref_id, as_of) if outdated else 0
-    return built(facts, ask, fresh[0], options, [v.key for v in held + outdated[:1]], updates)
+    return built(facts, fresh[0], options, [v.key for v in held + outdated[:1]], updates)
 
 
 # -- 3. acknowledge_latest_preferences --------------------------------------------------------------------
@@ -109,9 +125,15 @@ def acknowledge_latest_preferences(facts: Facts, topic: str, focal: str, as_of: 
     (focal never voiced) {a stance, not said} x {focal, a held item whose stance is the other}. The
     planner shows the forgetful pair as often as the abstention is asked, so in a pair with "not said"
     it is right half the time; the focal's row is never told by the options."""
-    frame = "You have said that you {} {} at this point."
-    unsure = "You have not yet said how you feel about {}."
-    others = _other_persona(facts, topic, rng, lambda v: frame.format(PRESENT[v.stance], v.item))  # beyond 4
+    wording = reply_variant("acknowledge_latest_preferences", rng)
+
+    def said(item: str, stance: str) -> str:
+        return wording[stance].format(**item_slots(item), enjoy=wording["enjoy"], avoid=wording["avoid"])
+
+    def unsure(item: str) -> str:
+        return wording["unsaid"].format(**item_slots(item))
+
+    others = _other_persona(facts, topic, rng, lambda v: said(v.item, v.stance))  # beyond 4
     if variant == "abstention":
         if not facts.unsaid(focal):
             return None
@@ -119,37 +141,33 @@ def acknowledge_latest_preferences(facts: Facts, topic: str, focal: str, as_of: 
         if not held:
             return None
         other = rng.choice(held)
-        form = PRESENT[_flip(other.stance)]
-        options = [option("correct", [f"{ABSENT}{focal}"], unsure.format(focal)),
-                   option("generic", [], frame.format(form, focal)),
-                   option("violates_preference", [other.key], frame.format(form, other.item)),
-                   option("generic", [other.key], unsure.format(other.item))]
-        return built(facts, ASK_STANCE, focal, options + others, [], form=variant)
+        form = _flip(other.stance)
+        options = [option("correct", [f"{ABSENT}{focal}"], unsure(focal)),
+                   option("generic", [], said(focal, form)),
+                   option("violates_preference", [other.key], said(other.item, form)),
+                   option("generic", [other.key], unsure(other.item))]
+        return built(facts, focal, options + others, [], form=variant)
     current, previous = facts.current_and_previous(focal, as_of)
     if current is None:
         return None
-    item, said = current.item, PRESENT[current.stance]
-    flip = (option("outdated_preference", [previous.key], frame.format(PRESENT[previous.stance], item)) if previous
-            else option("violates_preference", [current.key], frame.format(PRESENT[_flip(current.stance)], item)))
+    item = current.item
+    flip = (option("outdated_preference", [previous.key], said(item, previous.stance)) if previous
+            else option("violates_preference", [current.key], said(item, _flip(current.stance))))
     keys = [current.key] + ([previous.key] if previous else [])
     opposite = [v for v in facts.held(topic, as_of) if v.stance != current.stance and facts.refs([v.key], as_of)]
     if forgetful and opposite:
         other = rng.choice(opposite)
-        options = [option("correct", [current.key], frame.format(said, item)),
-                   option("forgetful", [], unsure.format(item)),
-                   option("violates_preference", [other.key], frame.format(said, other.item)),
-                   option("generic", [other.key], unsure.format(other.item))]
-        return built(facts, ASK_STANCE, item, options + others, keys, facts.updates(current.pref_id, as_of))
+        options = [option("correct", [current.key], said(item, current.stance)),
+                   option("forgetful", [], unsure(item)),
+                   option("violates_preference", [other.key], said(other.item, current.stance)),
+                   option("generic", [other.key], unsure(other.item))]
+        return built(facts, item, options + others, keys, facts.updates(current.pref_id, as_of))
     decoy = facts.decoy_item(topic, focal, item)
     if decoy is None:
         return None
-    options = [option("correct", [current.key], frame.format(said, item)), flip,
-               *[option("generic", [f"inventory:{decoy}"], frame.format(PRESENT[s], decoy)) for s in ("like", "dislike")]]
-    return built(facts, ASK_STANCE, item, options + others, keys, facts.updates(current.pref_id, as_of))
-
-
-ASK_STANCE = ("Where do I stand these days on {label}, as far as you know?",
-              "Where do I stand these days, as far as you know?")
+    options = [option("correct", [current.key], said(item, current.stance)), flip,
+               *[option("generic", [f"inventory:{decoy}"], said(decoy, s)) for s in ("like", "dislike")]]
+    return built(facts, item, options + others, keys, facts.updates(current.pref_id, as_of))
 
 
 def _other_persona(facts: Facts, topic: str, rng, word: Callable[[PreferenceVersion], str]) -> list[OptionPlan]:
@@ -163,12 +181,18 @@ def _flip(stance: str) -> str:
 
 
 # -- 4. track_full_preference_evolution --------------------------------------------------------------------
-def chain_text(item: str, stances: list[str]) -> str:
-    """``At first you enjoyed X, then you avoided it, and at present you enjoy it.``"""
+def chain_text(item: str, stances: list[str], wording: dict[str, str] | None = None) -> str:
+    """``You first enjoyed X, then you avoided it, and now you enjoy it, so I would work it in.``: the chain
+    of stances and what the reply does with the last one."""
+    wording = wording or load_situations().replies["track_full_preference_evolution"][0]
+    past = {"like": wording["enjoyed"], "dislike": wording["avoided"]}
+    slots = item_slots(item)
+    act = wording["act_like" if stances[-1] == "like" else "act_dislike"].format(**slots)
     if len(stances) == 1:
-        return f"All along you have {PAST[stances[0]]} {item}, with no shift at all."
-    middle = "".join(f", then you {PAST[s]} it" for s in stances[1:-1])
-    return f"At first you {PAST[stances[0]]} {item}{middle}, and at present you {PRESENT[stances[-1]]} it."
+        return f"You have {past[stances[0]]} {item} all along, so {act}."
+    it = slots["it"]
+    middle = "".join(f", then you {past[s]} {it}" for s in stances[1:-1])
+    return f"You first {past[stances[0]]} {item}{middle}, and now you {stance_verb(wording, stances[-1])} {it}, so {act}."
 
 
 def _mirror(stances: list[str]) -> list[str]:
@@ -210,33 +234,35 @@ def track_full_preference_evolution(facts: Facts, topic: str, focal: str, as_of:
     three chains {A, mirror of A, prefix of A} and the reply; without it, four chains, two lengths x two
     mirrors. An abstention shows the same three-chain shape around a made-up chain, of the lengths real
     ones have, so the "first I hear" reply is right exactly when the history never named the item."""
-    ask = ("How have my feelings about {label} developed over time, from what I have shared?",
-           "How have my feelings developed over time, from what I have shared?")
-    first = "This is the first I am hearing of {} from you."  # no word of the question ("about")
+    wording = reply_variant("track_full_preference_evolution", rng)
+
+    def chain(item: str, stances: list[str]) -> str:
+        return chain_text(item, stances, wording)
+
     if variant == "abstention":
         if not facts.unsaid(focal):
             return None
         made = [rng.choice(["like", "dislike"])]
         while len(made) < rng.choices([2, 3, 4], weights=[16, 3, 1])[0]:
             made.append(_flip(made[-1]))
-        options = [option("correct", [f"{ABSENT}{focal}"], first.format(focal))]
+        options = [option("correct", [f"{ABSENT}{focal}"], wording["forgot"].format(**item_slots(focal)))]
         shown = chain_set(made, 3, rng)
-        options += [option("wrong_sequence", [], chain_text(focal, w)) for w in shown + [_extend(_extend(w)) for w in shown]]
-        return built(facts, ask, focal, options, [], form=variant)
-    chain = [v for v in facts.timeline.versions(focal) if v.valid_from <= as_of]
-    if not chain or (len(chain) < 2) != (variant == "no_change"):
+        options += [option("wrong_sequence", [], chain(focal, w)) for w in shown + [_extend(_extend(w)) for w in shown]]
+        return built(facts, focal, options, [], form=variant)
+    versions = [v for v in facts.timeline.versions(focal) if v.valid_from <= as_of]
+    if not versions or (len(versions) < 2) != (variant == "no_change"):
         return None
-    item, stances = chain[-1].item, [v.stance for v in chain]
-    keys = [v.key for v in chain]
+    item, stances = versions[-1].item, [v.stance for v in versions]
+    keys = [v.key for v in versions]
     shown = chain_set(stances, facts.n_options - 1 if forgetful else facts.n_options, rng)
-    options = [option("correct", keys, chain_text(item, stances))]
+    options = [option("correct", keys, chain(item, stances))]
     for w in shown[1:]:
         outdated = len(w) < len(stances) and w == stances[: len(w)]
-        options.append(option("outdated_preference", keys[: len(w)], chain_text(item, w)) if outdated
-                       else option("wrong_sequence", [], chain_text(item, w)))
-    options += [option("forgetful", [], first.format(item))] if forgetful else []
-    options += [option("wrong_sequence", [], chain_text(item, _extend(_extend(w)))) for w in shown]  # beyond 4
-    return built(facts, ask, item, options, keys, len(chain) - 1, form=variant)
+        options.append(option("outdated_preference", keys[: len(w)], chain(item, w)) if outdated
+                       else option("wrong_sequence", [], chain(item, w)))
+    options += [option("forgetful", [], wording["forgot"].format(**item_slots(item)))] if forgetful else []
+    options += [option("wrong_sequence", [], chain(item, _extend(_extend(w)))) for w in shown]  # beyond 4
+    return built(facts, item, options, keys, len(versions) - 1, form=variant)
 
 
 # -- 5. revisit_reasons_behind_preference_updates -------------------------------------------------------------
@@ -245,9 +271,9 @@ def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: s
     """One "has not changed; you still ..." option and three "changed after ..." options, about the one
     item the question names (so no other change of the topic can make "has not changed" false).
 
-    Statement: the cause of the last change, two reasons that caused no version of the item (the
-    persona's own life events, then never-lived ones, fixed per preference and shared with its
-    generalize question), and the old stance as if unchanged. No change: the current stance as
+    Statement: the cause of the last change, two reasons that caused no version of the item (life events
+    the persona never lived that would have turned it the same way, fixed per preference and shared with
+    its generalize question), and the old stance as if unchanged. No change: the current stance as
     unchanged and three such reasons. The lone "not changed" option is right as often as the no-change
     form is asked (a quarter by default, the rate of any one option); the reasons come from one pool."""
     current, previous = facts.current_and_previous(focal, as_of)
@@ -256,28 +282,33 @@ def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: s
     cause = facts.life_cause(current) if previous else None
     if previous is not None and cause is None:
         return None
-    frame = "Your view of {} changed after you {}."
-    still = "Your view of {} has not changed; you still {} it."
+    wording = reply_variant("revisit_reasons_behind_preference_updates", rng)
     item = current.item
-    wrong = facts.decoy_reasons(focal, as_of, facts.n_options - (1 if cause is None else 2))
+
+    def changed(summary: str) -> str:
+        return wording["changed"].format(**item_slots(item), reason=second_person(summary))
+
+    def still(stance: str) -> str:
+        return wording["still"].format(**item_slots(item), stance=stance_verb(wording, stance))
+
+    wrong = facts.decoy_reasons(focal, facts.n_options - (1 if cause is None else 2))
     if cause is None:
-        options = [option("correct", [current.key], still.format(item, PRESENT[current.stance]))]
+        options = [option("correct", [current.key], still(current.stance))]
     else:
-        options = [option("correct", [current.key, cause.event_id], frame.format(item, did(cause.summary)))]
-    options += [option("wrong_reason", [g], frame.format(item, did(s))) for g, s in wrong]
+        options = [option("correct", [current.key, cause.event_id], changed(cause.summary))]
+    options += [option("wrong_reason", [g], changed(s)) for g, s in wrong]
     if cause is not None:
-        options.append(option("outdated_preference", [previous.key], still.format(item, PRESENT[previous.stance])))
-    named = item.replace("{", "(").replace("}", ")")
-    ask = (f"Has my view of {named} shifted at some point, and if so, what was behind it?",) * 2
+        options.append(option("outdated_preference", [previous.key], still(previous.stance)))
     answer = cause.summary if cause else options[0].text
-    return built(facts, ask, answer, options, [current.key], facts.updates(current.pref_id, as_of), form=variant)
+    return built(facts, answer, options, [current.key], facts.updates(current.pref_id, as_of), form=variant,
+                 ask_slots={"item": item})
 
 
 # -- 6. provide_preference_aligned_recommendations ----------------------------------------------------------
-def recommend_text(item: str, stance: str, instead: str = "") -> str:
-    """``Since you enjoy X, I would recommend more X.`` / ``Since you avoid X, I would recommend Y instead.``"""
-    pick = f"more {item}" if stance == "like" else f"{instead} instead"
-    return f"Since you {PRESENT[stance]} {item}, I would recommend {pick}."
+def recommend_text(item: str, stance: str, instead: str = "", wording: dict[str, str] | None = None) -> str:
+    """``I would go for X again; it is one you enjoy.`` / ``I would go for Y over X, which you avoid.``"""
+    wording = wording or load_situations().replies["provide_preference_aligned_recommendations"][0]
+    return wording[stance].format(**item_slots(item), alt=instead, enjoy=wording["enjoy"], avoid=wording["avoid"])
 
 
 def provide_preference_aligned_recommendations(facts: Facts, topic: str, pref: str, as_of: datetime, rng,
@@ -303,53 +334,30 @@ def provide_preference_aligned_recommendations(facts: Facts, topic: str, pref: s
     stereo = decoy in facts.pools.stereotyped_items(topic)
     role = "stereotypical" if stereo else "other_persona"
 
+    wording = reply_variant("provide_preference_aligned_recommendations", rng)
+
     def text(thing: str, stance: str) -> str:
-        return recommend_text(thing, stance, alt[thing])
+        return recommend_text(thing, stance, alt[thing], wording)
 
     grounded = [f"inventory:{decoy}"]
     options = [option("correct", [current.key, f"inventory:{alt[item]}"], text(item, current.stance)),
                option("outdated_preference", [previous.key], text(item, previous.stance)) if previous
                else option("violates_preference", [current.key], text(item, _flip(current.stance))),
                *[option(role if s == "like" else "generic", grounded, text(decoy, s)) for s in ("like", "dislike")]]
-    options += [option("other_persona", [pid, v.key], recommend_text(v.item, v.stance, spare[-1]))  # beyond 4
+    options += [option("other_persona", [pid, v.key], recommend_text(v.item, v.stance, spare[-1], wording))  # beyond 4
                 for pid, v in facts.pools.shadow_current(topic) if v.item not in (item, decoy)]
-    ask = ("Could you recommend something for me in {label}?", "Could you recommend something for me?")
     keys = [current.key] + ([previous.key] if previous else [])
-    return built(facts, ask, item, options, keys, facts.updates(current.pref_id, as_of))
+    return built(facts, item, options, keys, facts.updates(current.pref_id, as_of))
 
 
 # -- 7. generalize_to_new_scenarios -------------------------------------------------------------------------
-SITUATIONS: dict[str, tuple[str, ...]] = {  # a concrete new situation per topic, in the user's words
-    "therapy": ("I have a stressful month at work ahead.", "I am starting over after a rough winter."),
-    "legalConsultation": ("I am about to sign a new tenancy agreement.", "I have to sort out a contract dispute."),
-    "bookRecommendation": ("I have a long train journey next week.", "I am picking books for a quiet holiday."),
-    "musicRecommendation": ("I am putting together a playlist for a party.", "I have a long drive coming up."),
-    "movieRecommendation": ("I am planning a film night with friends.", "I have a free weekend to watch something."),
-    "foodRecommendation": ("I am hosting a dinner for friends on Saturday.", "I am planning my meals for next week."),
-    "familyRelations": ("My relatives are visiting for the holidays.", "I am organising a family reunion."),
-    "datingConsultation": ("I have a first date coming up.", "I am planning an anniversary evening."),
-    "medicalConsultation": ("I have a check-up with a new doctor soon.", "I am planning a healthier routine."),
-    "financialConsultation": ("I am setting next year's budget.", "I have a bonus to put somewhere."),
-    "travelPlanning": ("I am planning a trip for next month.", "I have a long weekend away coming up."),
-    "onlineShopping": ("I am shopping for a friend's birthday gift.", "I am refreshing my wardrobe this season."),
-    "studyConsultation": ("I am starting an evening course this autumn.", "I have exams coming up in spring."),
-    "homeDecoration": ("I am redoing my living room.", "I am moving into a new flat soon."),
-    "sportsRecommendation": ("I am picking a new activity for the summer.", "I have a charity race in a few months."),
-}
-DEFAULT_SITUATIONS = ("I have a new plan to make soon.", "I am about to try a new routine.")
-
-
-def situation(topic: str, rng) -> str:
-    """A concrete new situation in ``topic`` (decided in code; the model only rewords it)."""
-    return rng.choice(SITUATIONS.get(topic, DEFAULT_SITUATIONS))
-
-
 def generalize_to_new_scenarios(facts: Facts, topic: str, pref: str, as_of: datetime, rng, **_) -> Built | None:
-    """A plan for a concrete new situation of the topic (named in the question), from the reason of the
-    last change: two reasons x two stances, "Because you R, I would plan around the fact that you S X".
+    """A plan for a concrete new situation of the topic (the user's message), from the reason of the last
+    change: two reasons x two stances, "After you R, I would plan around the fact that you S X".
 
-    The reasons are the cause and a decoy that caused no version of the item (the persona's own life
-    event when it has one, fixed per preference and shared with the revisit question); the stances are
+    The reasons are the cause and a decoy that caused no version of the item (a life event the persona
+    never lived that would have turned it the same way, fixed per preference and shared with the revisit
+    question); the stances are
     the current and the previous one. Each reason appears twice and each stance twice, so every option
     shares its reason with one option and its stance with another; the correct stance is balanced by
     the planner."""
@@ -357,23 +365,27 @@ def generalize_to_new_scenarios(facts: Facts, topic: str, pref: str, as_of: date
     cause = facts.life_cause(current) if current and previous else None
     if cause is None:
         return None
-    decoy = facts.decoy_reasons(pref, as_of, facts.n_options)
+    # the first wrong reason would have turned the item toward the stance it left: each reason then fits one
+    # stance, so which reason goes with which stance does not single out the answer
+    decoy = facts.decoy_reasons(pref, facts.n_options)
     if not decoy:
         return None
-    frame = "Because you {}, I would plan around the fact that you {} {}."
+    wording = reply_variant("generalize_to_new_scenarios", rng)
     item = current.item
-    (g, s), now, then = decoy[0], PRESENT[current.stance], PRESENT[previous.stance]
+
+    def plan(summary: str, stance: str) -> str:
+        return wording["plan"].format(reason=second_person(summary), stance=stance_verb(wording, stance), **item_slots(item))
+
+    (g, s), now, then = decoy[0], current.stance, previous.stance
     options = [
-        option("correct", [current.key, cause.event_id], frame.format(did(cause.summary), now, item)),
-        option("outdated_preference", [previous.key, cause.event_id], frame.format(did(cause.summary), then, item)),
-        option("wrong_reason", [g], frame.format(did(s), now, item)),
-        option("wrong_reason", [g], frame.format(did(s), then, item)),
+        option("correct", [current.key, cause.event_id], plan(cause.summary, now)),
+        option("outdated_preference", [previous.key, cause.event_id], plan(cause.summary, then)),
+        option("wrong_reason", [g], plan(s, now)),
+        option("wrong_reason", [g], plan(s, then)),
     ]
-    options += [option("wrong_reason", [g2], frame.format(did(s2), stance, item))  # beyond 4
+    options += [option("wrong_reason", [g2], plan(s2, stance))  # beyond 4
                 for (g2, s2), stance in zip(decoy[1:], [now, then] * facts.n_options, strict=False)]
-    where = situation(topic, rng)
-    ask = (f"{where} What would you keep in mind for me?",) * 2
-    return built(facts, ask, cause.summary, options, [current.key], facts.updates(current.pref_id, as_of))
+    return built(facts, cause.summary, options, [current.key], facts.updates(current.pref_id, as_of))
 
 
 BUILDERS: dict[str, Builder] = {

@@ -1,0 +1,123 @@
+"""Code's words for in-situ queries: a situation per query from the hand-written catalog
+(``pipeline/data/situations.yaml``), the user's message around it, and one reply variant whose slots every option
+fills with its own belief. Code picks each piece; the truth of an option never depends on which.
+
+Events are stored as told of a third person ("burned their mouth") or by the user ("as I love it"); a reply
+speaks to the user, so ``second_person`` turns either into "you" before a summary enters an option.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from functools import cache
+from pathlib import Path
+
+from pipeline.catalog import DATA_DIR
+from pipeline.config import load_yaml_model
+from schemas.situations import SituationCatalog, TopicSituations
+
+SITUATIONS_FILE = DATA_DIR / "situations.yaml"
+
+
+@cache
+def load_situations(path: Path = SITUATIONS_FILE) -> SituationCatalog:
+    return load_yaml_model(path, SituationCatalog)
+
+
+def topic_situations(topic: str) -> TopicSituations:
+    catalog = load_situations()
+    return catalog.topics.get(topic, catalog.fallback)
+
+
+class Situation:
+    """One concrete situation of a topic, its ``{when}`` filled: ``key`` names it in the tables."""
+
+    def __init__(self, topic: str, key: str, text: str, phrase: str):
+        self.topic, self.key, self.text, self.phrase = topic, key, text, phrase
+
+
+def draw_situation(topic: str, rng: random.Random) -> Situation:
+    """A situation of ``topic`` drawn by ``rng`` (its ``{when}`` too)."""
+    entry, catalog = topic_situations(topic), load_situations()
+    key = rng.choice(sorted(entry.situations))
+    when = rng.choice(catalog.when)
+    return Situation(topic, key, entry.situations[key].format(when=when), entry.phrase)
+
+
+def draw_message(qtype: str, topic: str, rng: random.Random, asked: set[str], **slots: str) -> tuple[str, str]:
+    """(the user's message, its situation key) for one query: a message of the type around a situation of the
+    topic, none the persona was already sent (``asked`` records it), so no text repeats within a persona."""
+    messages = load_situations().messages[qtype]
+    text, key = "", ""
+    for _ in range(24):
+        where = draw_situation(topic, rng)
+        when, who = rng.choice(load_situations().when), rng.choice(load_situations().who)
+        frame = rng.choice(messages)
+        text = _sentence(frame.format(situation=where.text, phrase=where.phrase, when=when, who=who,
+                                      who_lower=who[:1].lower() + who[1:], **slots))
+        key = where.key if "{situation}" in frame else "recall"
+        if text not in asked:
+            break
+    asked.add(text)
+    return text, key
+
+
+def reply_variant(qtype: str, rng: random.Random) -> dict[str, str]:
+    """One of the type's reply variants: every option of the query is worded from it."""
+    return rng.choice(load_situations().replies[qtype])
+
+
+_GERUND_LEADS = re.compile(r"^(?:[a-z]+-)?[a-z]+ing\b")
+_NOT_PLURAL = ("ss", "us", "is", "news", "series")
+
+
+def plural(item: str) -> bool:
+    """Whether an item name is a plural noun ("dark chocolate truffles"), not a mass noun or a gerund phrase
+    ("weekly talk therapy", "hiking mountain trails")."""
+    words = item.split()
+    if not words or (_GERUND_LEADS.match(words[0]) and len(words) > 1 and words[0] not in ("evening", "morning")):
+        return False
+    last = words[-1].lower().strip(".,")
+    return last.endswith("s") and not last.endswith(_NOT_PLURAL)
+
+
+def item_slots(item: str) -> dict[str, str]:
+    """The item and the words that agree with it: {it} {has} {is} {feels} {sits}."""
+    many = plural(item)
+    return {"item": item, "it": "them" if many else "it", "has": "have" if many else "has",
+            "is": "are" if many else "is", "feels": "feel" if many else "feels", "sits": "sit" if many else "sits"}
+
+
+def stance_verb(variant: dict[str, str], stance: str) -> str:
+    """The variant's present-tense verb for a stance (enjoy / avoid, love / dislike)."""
+    return variant["enjoy" if stance == "like" else "avoid"]
+
+
+def _sentence(text: str) -> str:
+    text = " ".join(text.split())
+    return text[:1].upper() + text[1:]
+
+
+# third person and first person -> second person; "their" that is somebody else's stays
+_KEEP = ("people for their", "in their language", "from their teens")
+_PERSON = [(re.compile(p, re.IGNORECASE), r) for p, r in (
+    (r"\bI am\b", "you are"), (r"\bI'm\b", "you're"), (r"\bI was\b", "you were"), (r"\bI've\b", "you've"),
+    (r"\bI\b", "you"), (r"\bmyself\b", "yourself"), (r"\bmy\b", "your"), (r"\bme\b", "you"), (r"\bmine\b", "yours"),
+    (r"\bthey were\b", "you were"), (r"\bthey are\b", "you are"), (r"\bthey\b", "you"),
+    (r"\bthemselves\b", "yourself"), (r"\btheirs\b", "yours"), (r"\btheir\b", "your"), (r"\bthem\b", "you"),
+)]
+
+
+def second_person(summary: str) -> str:
+    """An event summary as said to the user, after "you": ``was told they had X`` -> ``were told you had X``;
+    ``enjoyed X, as I love it`` -> ``enjoyed X, as you love it``."""
+    text = f"were {summary[4:]}" if summary.startswith("was ") else summary
+    kept = {k: f"\x00{n}\x00" for n, k in enumerate(_KEEP)}
+    for phrase, mark in kept.items():
+        text = text.replace(phrase, mark)
+    for pattern, repl in _PERSON:
+        text = pattern.sub(repl, text)
+    for phrase, mark in kept.items():
+        text = text.replace(mark, phrase)
+    return text

@@ -1,0 +1,98 @@
+"""In-situ queries (issue 40): the situation catalog, code's replies in the second person with words that agree
+with the item, no appended stock phrases, and messages that never repeat within a persona."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+import yaml
+
+from pipeline.config import DataFileError
+from pipeline.s4_queries.wording import SITUATIONS_FILE, item_slots, load_situations, plural, second_person
+from schemas.query import QUERY_TYPES
+from tests.test_queries import config_for, fake_llm, run
+
+# the closing phrases code appended to even out option lengths before issue 40
+OLD_PADDING = ("Hope that is useful.", "That is my honest take.", "Let me know if that sounds off.",
+               "Happy to go deeper on it.", "Tell me if that rings true.", "We can adjust from there.",
+               "That is how I see it.", "Glad to expand on that.", "Correct me if needed.")
+THIRD_PERSON = re.compile(r"\b(they|their|theirs|themselves)\b", re.IGNORECASE)
+
+
+def test_event_summaries_speak_to_the_user():
+    assert second_person("was told they had borderline high blood sugar") == "were told you had borderline high blood sugar"
+    assert second_person("burned their mouth at a hotpot dinner") == "burned your mouth at a hotpot dinner"
+    assert second_person("enjoyed jazz again, as I love it") == "enjoyed jazz again, as you love it"
+    assert second_person("told a friend I am not a fan of my old gym") == "told a friend you are not a fan of your old gym"
+    # somebody else's "their" stays
+    assert second_person("heard an audiobook blame sick people for their illness").endswith("people for their illness")
+
+
+def test_words_agree_with_plural_items_and_not_with_gerunds_or_mass_nouns():
+    assert plural("dark chocolate truffles") and plural("camper van road trips")
+    assert not plural("weekly talk therapy") and not plural("hiking mountain trails") and not plural("yoga")
+    assert item_slots("oat milk lattes")["it"] == "them" and item_slots("yoga")["has"] == "has"
+
+
+def test_the_catalog_covers_every_type_and_refuses_an_unknown_slot_naming_the_file(tmp_path):
+    catalog = load_situations()
+    assert set(catalog.messages) >= set(QUERY_TYPES) and set(catalog.replies) >= set(QUERY_TYPES)
+    assert all(len(t.situations) >= 6 for t in catalog.topics.values())
+    raw = yaml.safe_load(SITUATIONS_FILE.read_text(encoding="utf-8"))
+    raw["replies"]["suggest_new_ideas"][0]["fresh"] = "How about {itme}?"
+    bad = tmp_path / "situations.yaml"
+    bad.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(DataFileError, match=r"situations\.yaml.*itme"):
+        load_situations.__wrapped__(bad)
+    raw["replies"]["suggest_new_ideas"][0]["fresh"] = "How about {item}?"
+    raw["messages"]["suggest_new_ideas"] = ["{situation}. Tell me something new."]
+    bad.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(DataFileError, match="asks nothing"):
+        load_situations.__wrapped__(bad)
+
+
+@pytest.fixture(scope="module")
+def ten(tmp_path_factory):
+    return run(config_for(10, seed=7), fake_llm(tmp_path_factory.mktemp("ten")))
+
+
+def test_queries_are_messages_in_a_situation_answered_by_replies_in_the_second_person(ten):
+    queries = [q for _, qs, _ in ten for q in qs]
+    assert {q.type for q in queries} == set(QUERY_TYPES)
+    for q in queries:
+        assert q.question.endswith("?") and q.provenance["situation"], q.question
+        for o in q.options:
+            assert not THIRD_PERSON.search(o.text.replace("tell them", "")), o.text
+            assert not any(phrase in o.text for phrase in OLD_PADDING), o.text
+    for _, qs, _ in ten:  # no message repeats within a persona
+        assert max(Counter(q.question for q in qs).values()) == 1
+    for qtype in QUERY_TYPES:  # and few across the dataset
+        asked = [q.question for q in queries if q.type == qtype]
+        assert len(set(asked)) >= 0.8 * len(asked), qtype
+
+
+def test_no_reply_recites_the_old_fixed_frames(ten):
+    frames = re.compile(r"^(You have said that you|Since you (enjoy|avoid)|You mentioned that you|At first you)")
+    options = [o.text for _, qs, _ in ten for q in qs for o in q.options]
+    assert not [t for t in options if frames.search(t)]
+
+
+def test_a_wrong_reason_is_as_related_to_the_item_as_the_true_cause(ten):
+    """Every wrong reason of a revisit question is a life event the persona never lived that reaches the item's
+    topic (most name the item itself), never an unrelated one."""
+    from pipeline.s4_queries.sources import _event_effects
+
+    reach = {summary: {e.topic for e in effects} for summary, effects, *_ in _event_effects()}
+    named = {summary: items for summary, _, items, *_ in _event_effects()}
+    seen = naming = 0
+    for text, qs, _ in ten:
+        lived = {e.summary for e in text.timeline.events}
+        for q in (q for q in qs if q.type == "revisit_reasons_behind_preference_updates"):
+            item = text.timeline.versions(q.provenance["focal"])[-1].item
+            for o in (o for o in q.options if o.role == "wrong_reason"):
+                summary = o.grounding[0].removeprefix("taxonomy:")
+                assert summary not in lived and q.topic in reach[summary], summary
+                seen, naming = seen + 1, naming + (item in named[summary])
+    assert seen > 20 and naming > 0
