@@ -217,12 +217,11 @@ def test_wording_gates_reject_named_answers_and_third_person(tmp_path):
 
 def test_code_wording_passes_the_length_gate_by_construction(tmp_path):
     facts, plans = _plans(tmp_path, n_options=5)
-    rng = random.Random(0)
     for plan in plans:
         stretched = plan.model_copy(update={"options": [
             o.model_copy(update={"text": o.text + (" It is a long story." * 3 if i == 1 else "")})
             for i, o in enumerate(plan.options)]})
-        wording = code_wording(stretched, 0.25, rng)
+        wording = code_wording(stretched, 0.25)
         if wording is not None:
             assert length_problem(wording[1], 0.25) is None
             assert all(t.startswith(o.text) for t, o in zip(wording[1], stretched.options, strict=True))

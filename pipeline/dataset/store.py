@@ -69,30 +69,27 @@ def writable_problem(folder: Path) -> str | None:
     probe are removed again (only those: one another command made at the same moment is left), so a check
     before a run that fails later leaves no empty folder behind. Another command's probe removing a folder
     between our mkdir and our probe is a retry, not an error."""
-    for attempt in range(5):
+    vanished: OSError | None = None
+    for _ in range(5):
         made: list[Path] = []
         try:
             for path in reversed([p for p in (folder, *folder.parents) if not p.exists()]):  # shallowest first
-                try:
+                with suppress(FileExistsError):
                     path.mkdir()
                     made.append(path)
-                except FileExistsError:
-                    pass
             probe = folder / f".probe-{os.getpid()}-{secrets.token_hex(4)}"
             probe.write_bytes(b"")
             probe.unlink()
-        except FileNotFoundError as exc:
-            if attempt == 4:
-                return _os_reason(exc)
-            continue
+            return None
+        except FileNotFoundError as exc:  # another command's clean-up removed a folder on the way: again
+            vanished = exc
         except OSError as exc:
             return _os_reason(exc)
         finally:
             for path in reversed(made):  # deepest first
                 with suppress(OSError):
                     path.rmdir()
-        return None
-    return None
+    return _os_reason(vanished)
 
 
 # The file a command writes into every folder it fills (plan/text/queries tables, export folders, eval runs,

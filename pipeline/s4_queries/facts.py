@@ -43,6 +43,12 @@ class Facts:
     by_topic: dict[str, list[SessionWithTurns]] = field(default_factory=dict)
     _texts: list[tuple[str, set[str]]] = field(default_factory=list)
     asked: set[str] = field(default_factory=set)  # the user messages already planned, so none repeats
+    _memo: dict[tuple, object] = field(default_factory=dict)  # pure look-ups asked again by every query
+
+    def _memoized(self, key: tuple, compute):
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def __post_init__(self) -> None:
         voiced: dict[str, list[TurnRef]] = defaultdict(list)
@@ -60,7 +66,8 @@ class Facts:
     def unsaid(self, item: str) -> bool:
         """True when no turn of the persona's history (either role) names ``item``: "you have not told me" holds."""
         folded, words = item.casefold(), content_words(item)
-        return item not in self.pools.held and not any(mentioned(t, w, folded, words) for t, w in self._texts)
+        return self._memoized(("unsaid", item), lambda: item not in self.pools.held and not any(
+            mentioned(t, w, folded, words) for t, w in self._texts))
 
     def spare_items(self, topic: str, rng: random.Random, k: int) -> list[str]:
         """Up to ``k`` items of ``topic`` from the persona's pool that were never held nor named anywhere."""
@@ -158,6 +165,9 @@ class Facts:
         the stance it left (first) and the one it holds. Fixed per preference, whoever asks: its revisit and
         generalize questions and its topic's recall questions show the same ones, so an event seen in another
         question of the persona is no sign of the true one."""
+        return self._memoized(("decoy_reasons", pref_id, k), lambda: self._decoy_reasons(pref_id, k))
+
+    def _decoy_reasons(self, pref_id: str, k: int) -> list[tuple[str, str]]:
         barred = {c.summary for c in self.causes(pref_id)}
         versions = self.timeline.versions(pref_id)
         now = versions[-1]
@@ -188,16 +198,13 @@ class Facts:
         rng.shuffle(rest)
         return near_in_length(shown[:k] + rest[: max(2 * k, 8)], near, k)
 
-    def unlived_decoys(self, k: int = 6) -> list[str]:
-        """``k`` taxonomy life events that never happened to the persona, fixed per persona: the
-        never-lived reasons of its revisit and generalize questions and the untold events of its recall
-        questions, so an event named in another question of the persona is no sign of the answer."""
-        return self.pools.unlived_events(derive_rng(0, self.persona.persona_id, "unlived_decoys"), k)
-
     def decoy_item(self, topic: str, pref_id: str, like: str) -> str | None:
         """An item of the persona's own pool for ``topic`` never held nor named, fixed per (persona,
         preference), of the focal item's source (catalog or model) where one is, and of about its length:
         the second item of an item x stance design (acknowledge, provide), so neither row stands out by its item."""
+        return self._memoized(("decoy_item", topic, pref_id, like), lambda: self._decoy_item(topic, pref_id, like))
+
+    def _decoy_item(self, topic: str, pref_id: str, like: str) -> str | None:
         rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_item")
         spare = [i for i in self.spare_items(topic, rng, 8) if i != like]
         same = [i for i in spare if self.pools.source(topic, i) == self.pools.source(topic, like)] or spare

@@ -120,7 +120,7 @@ def _redrawn(query: Query, personas: dict[str, PersonaInput], facts: dict[str, F
     f = facts[query.persona_id]
     rng = derive_rng(config.seed, query.persona_id, f"redraw:{query.query_id}:{attempt}")
     plan = redraw(f, query, rng)
-    wording = code_wording(plan, config.queries.length_tolerance, rng) if plan else None
+    wording = code_wording(plan, config.queries.length_tolerance) if plan else None
     if wording is None:
         return query
     fresh = plan.to_query(wording[0], wording[1], {"wording": "code", "redrawn": str(attempt + 1)})

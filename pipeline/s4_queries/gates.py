@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import random
 import re
-import statistics
 from dataclasses import replace
 
 from pipeline.checks.quality import text_problem
 from pipeline.llm import LLM, LLMError
 from pipeline.s4_queries.facts import Facts
+from pipeline.s4_queries.options import length_problem, overlap_problem
 from pipeline.s4_queries.plan import QueryPlan
 from pipeline.specs import QUERY_JUDGE
-from pipeline.tokens import count_tokens
 from pipeline.words import keywords, mentions
 from schemas.config import QuerySettings
 from schemas.query import ABSENT, Query
@@ -33,24 +32,6 @@ _WORD = re.compile(r"[a-z']+")
 # only in some roles, acknowledge's pair with "not said" holds none, recall is about events)
 OUTDATED_TYPES = ("suggest_new_ideas", "revisit_reasons_behind_preference_updates",
                   "provide_preference_aligned_recommendations", "generalize_to_new_scenarios")
-
-
-def length_problem(texts: list[str], tolerance: float) -> str | None:
-    """Every option within ``tolerance`` of the median option length in tokens."""
-    lengths = [count_tokens(t) for t in texts]
-    median = statistics.median(lengths)
-    bad = [n for n in lengths if abs(n - median) > tolerance * median]
-    return f"option lengths {lengths} stray over {tolerance:.0%} from the median {median}" if bad else None
-
-
-def overlap_problem(question: str, texts: list[str], correct: int) -> str | None:
-    """The correct option must not be the single one sharing the most content words with the question."""
-    words = keywords(question)
-    shared = [len(words & keywords(t)) for t in texts]
-    best = max(shared)
-    if shared[correct] == best and shared.count(best) == 1 and best > 0:
-        return f"the correct option alone shares the most words with the question ({shared})"
-    return None
 
 
 def copied_option(question: str, texts: list[str]) -> int | None:
@@ -88,7 +69,7 @@ def wording_problem(plan: QueryPlan, question: str, texts: list[str], tolerance:
     return None
 
 
-def code_wording(plan: QueryPlan, tolerance: float, rng: random.Random) -> tuple[str, list[str]] | None:
+def code_wording(plan: QueryPlan, tolerance: float) -> tuple[str, list[str]] | None:
     """Code's own wording: the plan's message and replies as the builders wrote them (one reply variant, so
     lengths differ only by slot values, never evened out by appended phrases), when it passes every gate."""
     texts = [o.text for o in plan.options]

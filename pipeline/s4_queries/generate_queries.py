@@ -169,7 +169,7 @@ def _gates(plan: QueryPlan, question: str, texts: list[str], provenance: dict[st
 def _code_wording(plan: QueryPlan, last: Problem | None, judge: LLM | None, settings: QuerySettings,
                   stats: QueryStats, rng: random.Random) -> Wording | None:
     """Code-written wording from the groundings (flagged in provenance), or a drop with its reason."""
-    wording = code_wording(plan, settings.length_tolerance, rng)
+    wording = code_wording(plan, settings.length_tolerance)
     if wording is None:
         problem = Problem(gate=last.gate if last else "length", detail="code wording failed the gates too")
         stats.count("gate_failures", problem.gate)

@@ -1,14 +1,18 @@
 """What every query type builds: an option decided in code (role, grounding, plain wording), a builder's result, the
-variants each type has besides a statement, and the helpers that keep a set's texts distinct."""
+variants each type has besides a statement, the helpers that keep a set's texts distinct, and the two wording rules
+the planner draws against and the gates check (even lengths; no message leaning toward the right reply)."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Literal
 
 from pydantic import BaseModel
 
 from pipeline.s4_queries.facts import Facts
+from pipeline.tokens import count_tokens
+from pipeline.words import keywords
 from schemas.query import OptionRole
 
 
@@ -53,6 +57,24 @@ FORGETFUL_TYPES = ("recall_user_shared_facts", "acknowledge_latest_preferences",
 # always shown (track: its abstention share is the rate of one option, and a query without the reply
 # would be known to be no abstention)
 FORGETFUL_WEIGHT = {"acknowledge_latest_preferences": 1, "track_full_preference_evolution": 0}
+
+
+def length_problem(texts: list[str], tolerance: float) -> str | None:
+    """Every option within ``tolerance`` of the median option length in tokens."""
+    lengths = [count_tokens(t) for t in texts]
+    median = statistics.median(lengths)
+    bad = [n for n in lengths if abs(n - median) > tolerance * median]
+    return f"option lengths {lengths} stray over {tolerance:.0%} from the median {median}" if bad else None
+
+
+def overlap_problem(question: str, texts: list[str], correct: int) -> str | None:
+    """The correct option must not be the single one sharing the most content words with the question."""
+    words = keywords(question)
+    shared = [len(words & keywords(t)) for t in texts]
+    best = max(shared)
+    if shared[correct] == best and shared.count(best) == 1 and best > 0:
+        return f"the correct option alone shares the most words with the question ({shared})"
+    return None
 
 
 def option(role: OptionRole, grounding: list[str], text: str) -> OptionPlan:

@@ -5,19 +5,24 @@ time, its evidence turns, and its option order. No model; the same persona alway
 from __future__ import annotations
 
 import random
-import statistics
 from collections import Counter
 from datetime import datetime
 
 from pydantic import BaseModel
 
 from pipeline.s4_queries.facts import Facts, TurnRef
-from pipeline.s4_queries.options import FORGETFUL_TYPES, FORGETFUL_WEIGHT, VARIANTS, Built, OptionPlan
+from pipeline.s4_queries.options import (
+    FORGETFUL_TYPES,
+    FORGETFUL_WEIGHT,
+    VARIANTS,
+    Built,
+    OptionPlan,
+    length_problem,
+    overlap_problem,
+)
 from pipeline.s4_queries.sources import Pools, shadow_timelines
 from pipeline.s4_queries.types import BUILDERS
 from pipeline.s4_queries.wording import draw_message
-from pipeline.tokens import count_tokens
-from pipeline.words import keywords
 from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig
 from schemas.conversation import SessionWithTurns
@@ -201,16 +206,9 @@ def build(facts: Facts, qtype: str, topic: str, focal: str, as_of: datetime, rng
     out = None
     for _ in range(BUILD_TRIES):
         out = BUILDERS[qtype](facts, topic, focal, as_of, rng, variant=draw.variant, forgetful=draw.forgetful)
-        if out is None or even_lengths([o.text for o in out.options], draw.tolerance):
+        if out is None or length_problem([o.text for o in out.options], draw.tolerance) is None:
             return out
     return out
-
-
-def even_lengths(texts: list[str], tolerance: float) -> bool:
-    """Every text within ``tolerance`` of the median length in tokens (the length gate's rule)."""
-    lengths = [count_tokens(t) for t in texts]
-    median = statistics.median(lengths)
-    return all(abs(n - median) <= tolerance * median for n in lengths)
 
 
 def _refs(facts: Facts, built: Built | None, as_of: datetime) -> list[TurnRef] | None:
@@ -243,8 +241,7 @@ def _plan(facts: Facts, qtype, topic, focal, built: Built, as_of: datetime, anch
     """The plan with the user's in-situ message: a situation of the topic, a message of the type around it."""
     for _ in range(MESSAGE_TRIES):  # a message whose words lean toward the right reply is drawn again
         ask, situation = draw_message(qtype, topic, rng, facts.asked, **built.ask_slots)
-        shared = [len(keywords(ask) & keywords(o.text)) for o in built.options]
-        if not (shared[0] == max(shared) > 0 and shared.count(shared[0]) == 1):
+        if overlap_problem(ask, [o.text for o in built.options], 0) is None:  # the correct option is built first
             break
     return QueryPlan(
         query_id=stable_id("qry", facts.persona.persona_id, qtype, topic, focal),

@@ -15,6 +15,7 @@ from functools import cache
 from pipeline.catalog import catalog_inventory, load_catalog, load_taxonomy
 from pipeline.rng import derive_rng, derive_seed
 from pipeline.s1_personas.sample_personas import persona_from_seed, sample_builtin_seed
+from pipeline.s2_timeline.events import catalog_facets
 from pipeline.s2_timeline.simulate_timeline import simulate_timeline
 from pipeline.words import mentions
 from schemas.catalog import InventoryItem
@@ -58,6 +59,7 @@ class Pools:
     inventory: dict[str, list[InventoryItem]] = field(default_factory=dict)
     held: set[str] = field(default_factory=set)
     _unheld: dict[str, bool] = field(default_factory=dict)
+    _related: dict[tuple, list[list[str]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.held = {p.item for p in self.timeline.preferences}
@@ -104,16 +106,6 @@ class Pools:
                     out.append((shadow.persona_id, last))
         return out
 
-    def unlived_events(self, rng: random.Random, k: int) -> list[str]:
-        """Up to ``k`` life-event summaries that never happened to the persona: those its shadow personas
-        lived first (drawn by the same simulator, so an often-lived event is as often a decoy as an
-        answer), then any of the taxonomy."""
-        lived = {e.summary for e in self.timeline.events}
-        shadow = sorted({e.summary for t in self.shadows for e in t.events if e.kind == "life_event"} - lived)
-        rest = sorted({s for c in load_taxonomy().life_event_categories.values() for s in c.summaries} - lived - set(shadow))
-        picked = rng.sample(shadow, min(k, len(shadow)))
-        return picked + rng.sample(rest, min(k - len(picked), len(rest)))
-
     def unlived_routines(self, topic: str, rng: random.Random, k: int, like: str | None = None) -> list[str]:
         """Up to ``k`` routine summaries about items of ``topic`` the persona never held, of the source of
         ``like`` (the told routine's item) first, so an item's wording does not tell the told one."""
@@ -128,9 +120,15 @@ class Pools:
         relatedness: those that name ``item`` and would turn it toward ``direction``, those pushing one of its
         facets that way, those reaching ``topic`` at all. A wrong reason from the first tier is as related to
         the item as the true one, so relatedness does not tell them apart."""
+        key = (topic, item, direction)
+        if key not in self._related:
+            self._related[key] = self._related_events(topic, item, direction)
+        return self._related[key]
+
+    def _related_events(self, topic: str, item: str | None, direction: str | None) -> list[list[str]]:
         attrs = self.persona.attributes
         lived = {e.summary for e in self.timeline.events}
-        facets = set(_item_facets().get((topic, item), ())) if item else set()
+        facets = set(catalog_facets(load_catalog()).get((topic, item), ())) if item else set()
         tiers: list[list[str]] = [[], [], []]
         for summary, effects, items, ages, genders in _event_effects():
             on_topic = [e for e in effects if e.topic == topic]
@@ -156,11 +154,6 @@ def _event_effects() -> list[tuple[str, tuple, frozenset[str], tuple[int, int], 
     return [(spec.summary, tuple(spec.parsed_effects(taxonomy.topic_aliases)), frozenset(spec.items), spec.age,
              tuple(spec.requires.get("gender", ())))
             for name in sorted(taxonomy.life_event_categories) for spec in taxonomy.life_event_categories[name].events]
-
-
-@cache
-def _item_facets() -> dict[tuple[str, str], list[str]]:
-    return load_catalog().item_facets()
 
 
 @cache

@@ -12,6 +12,7 @@ import random
 import re
 from functools import cache
 from pathlib import Path
+from typing import NamedTuple
 
 from pipeline.catalog import DATA_DIR
 from pipeline.config import load_yaml_model
@@ -30,11 +31,12 @@ def topic_situations(topic: str) -> TopicSituations:
     return catalog.topics.get(topic, catalog.fallback)
 
 
-class Situation:
+class Situation(NamedTuple):
     """One concrete situation of a topic, its ``{when}`` filled: ``key`` names it in the tables."""
 
-    def __init__(self, topic: str, key: str, text: str, phrase: str):
-        self.topic, self.key, self.text, self.phrase = topic, key, text, phrase
+    key: str
+    text: str
+    phrase: str
 
 
 def draw_situation(topic: str, rng: random.Random) -> Situation:
@@ -42,18 +44,18 @@ def draw_situation(topic: str, rng: random.Random) -> Situation:
     entry, catalog = topic_situations(topic), load_situations()
     key = rng.choice(sorted(entry.situations))
     when = rng.choice(catalog.when)
-    return Situation(topic, key, entry.situations[key].format(when=when), entry.phrase)
+    return Situation(key, entry.situations[key].format(when=when), entry.phrase)
 
 
 def draw_message(qtype: str, topic: str, rng: random.Random, asked: set[str], **slots: str) -> tuple[str, str]:
     """(the user's message, its situation key) for one query: a message of the type around a situation of the
     topic, none the persona was already sent (``asked`` records it), so no text repeats within a persona."""
-    messages = load_situations().messages[qtype]
+    catalog = load_situations()
     text, key = "", ""
     for _ in range(24):
         where = draw_situation(topic, rng)
-        when, who = rng.choice(load_situations().when), rng.choice(load_situations().who)
-        frame = rng.choice(messages)
+        when, who = rng.choice(catalog.when), rng.choice(catalog.who)
+        frame = rng.choice(catalog.messages[qtype])
         text = _sentence(frame.format(situation=where.text, phrase=where.phrase, when=when, who=who,
                                       who_lower=who[:1].lower() + who[1:], **slots))
         key = where.key if "{situation}" in frame else "recall"
