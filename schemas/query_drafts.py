@@ -22,11 +22,11 @@ class QueryContext(BaseModel):
         "name": "Amara Okafor", "profile": "Amara is a 34-year-old nurse in Lagos who loves pottery.",
         "style": {"verbosity": "moderate", "formality": "casual", "typo_rate": 0.0, "emoji_use": "never",
                   "directness": "explicit"},
-        "topic": "food", "ask": "Could you recommend something for my meals this week?",
-        "replies": ["Since you enjoy slow-cooked ramen, I would suggest a new ramen place.",
-                    "Since you avoid slow-cooked ramen, I would suggest a fresh salad bar.",
-                    "Since you enjoy spicy Sichuan hotpot, I would suggest a hotpot night.",
-                    "Since you enjoy vegan brunch spots, I would suggest a brunch cafe."],
+        "topic": "food", "ask": "I am hosting friends for dinner on Saturday. What would you recommend?",
+        "replies": ["I would go for slow-cooked ramen again, as you enjoy it, rather than tapas.",
+                    "I would go for tapas rather than slow-cooked ramen, as you avoid it.",
+                    "I would go for spicy Sichuan hotpot again, as you enjoy it, rather than sushi.",
+                    "I would go for sushi rather than spicy Sichuan hotpot, as you avoid it."],
         "words": 18,
     }]})
 

@@ -96,3 +96,24 @@ def test_a_wrong_reason_is_as_related_to_the_item_as_the_true_cause(ten):
                 assert summary not in lived and q.topic in reach[summary], summary
                 seen, naming = seen + 1, naming + (item in named[summary])
     assert seen > 20 and naming > 0
+
+
+def test_no_wrong_reason_or_untold_event_retells_a_lived_one(ten):
+    """A decoy telling the story of an event the persona lived ("learned from a dentist that blended fruit bowls
+    were eroding their enamel" beside the lived "learned at a dental clean that daily blended fruit bowls were
+    eroding teeth") would be true: none is shown."""
+    from pipeline.s4_queries.sources import retells
+
+    assert retells("learned from a dentist that daily blended fruit bowls were eroding their enamel",
+                   "learned at a six-monthly dental clean that daily blended fruit bowls were eroding teeth")
+    assert not retells("won a luxury lodge stay with daily game drives in Tanzania",
+                       "caught dengue fever at a jungle eco-lodge in Borneo")
+    checked = 0
+    for text, qs, _ in ten:
+        lived = [e.summary for e in text.timeline.events if e.kind == "life_event"]
+        for q in qs:
+            for o in q.options:
+                for g in (g for g in o.grounding if g.startswith("taxonomy:")):
+                    assert not any(retells(g.removeprefix("taxonomy:"), s) for s in lived), (g, q.type)
+                    checked += 1
+    assert checked > 50

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.rng import derive_rng
-from pipeline.s4_queries.sources import Pools
+from pipeline.s4_queries.sources import Pools, stems
 from pipeline.words import content_words, mentioned
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
@@ -168,11 +168,10 @@ class Facts:
         return self._memoized(("decoy_reasons", pref_id, k), lambda: self._decoy_reasons(pref_id, k))
 
     def _decoy_reasons(self, pref_id: str, k: int) -> list[tuple[str, str]]:
-        barred = {c.summary for c in self.causes(pref_id)}
-        versions = self.timeline.versions(pref_id)
-        now = versions[-1]
         causes = self.causes(pref_id)
-        near = causes[-1].summary if causes else ""
+        barred, near = {c.summary for c in causes}, causes[-1].summary if causes else ""
+        now = self.timeline.versions(pref_id)[-1]
+        named = stems(now.item)
         rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_reasons")
         ways = []
         for stance in ("dislike" if now.stance == "like" else "like", now.stance):
@@ -181,10 +180,18 @@ class Facts:
                 tier = [s for s in tier if s not in barred]
                 rng.shuffle(tier)
                 pool += tier
-            ways.append(near_in_length(pool[: max(3 * k, 8)], near, k))
+            # of about the cause's length (in steps of 3 words), those sharing words with the item first: a true
+            # cause often names it ("food poisoning from street noodle soup" for pho), so sharing words with the
+            # item does not tell the true reason
+            shown = pool[: max(3 * k, 8)] + [s for s in pool[max(3 * k, 8):] if stems(s) & named]
+            size = len(near.split())
+            shown.sort(key=lambda s: (abs(len(s.split()) - size) // 3 if near else 0, not stems(s) & named))
+            ways.append(shown[:k])
         out: list[str] = []
         for pair in zip(*ways, strict=False):
-            out += [s for s in pair if s not in out]
+            for s in pair:
+                if s not in out:
+                    out.append(s)
         return [(f"taxonomy:{s}", s) for s in out[:k]]
 
     def related_untold(self, topic: str, rng: random.Random, k: int, near: str = "") -> list[str]:
@@ -218,3 +225,4 @@ def near_in_length(pool: list[str], near: str, k: int) -> list[str]:
         return pool[:k]
     size = len(near.split())
     return sorted(pool, key=lambda s: abs(len(s.split()) - size))[:k]
+

@@ -17,7 +17,7 @@ from pipeline.rng import derive_rng, derive_seed
 from pipeline.s1_personas.sample_personas import persona_from_seed, sample_builtin_seed
 from pipeline.s2_timeline.events import catalog_facets
 from pipeline.s2_timeline.simulate_timeline import simulate_timeline
-from pipeline.words import mentions
+from pipeline.words import content_words, mentions
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.persona import Persona
@@ -119,7 +119,8 @@ class Pools:
         """Life-event summaries the persona never lived and could have (age, gender), in three tiers of
         relatedness: those that name ``item`` and would turn it toward ``direction``, those pushing one of its
         facets that way, those reaching ``topic`` at all. A wrong reason from the first tier is as related to
-        the item as the true one, so relatedness does not tell them apart."""
+        the item as the true one, so relatedness does not tell them apart. An event retelling one the persona
+        lived is left out (it would be true)."""
         key = (topic, item, direction)
         if key not in self._related:
             self._related[key] = self._related_events(topic, item, direction)
@@ -128,11 +129,12 @@ class Pools:
     def _related_events(self, topic: str, item: str | None, direction: str | None) -> list[list[str]]:
         attrs = self.persona.attributes
         lived = {e.summary for e in self.timeline.events}
+        told = [e.summary for e in self.timeline.events if e.kind == "life_event"]
         facets = set(catalog_facets(load_catalog()).get((topic, item), ())) if item else set()
         tiers: list[list[str]] = [[], [], []]
         for summary, effects, items, ages, genders in _event_effects():
             on_topic = [e for e in effects if e.topic == topic]
-            if summary in lived or not on_topic or (attrs.age is not None and not ages[0] <= attrs.age <= ages[1]) \
+            if summary in lived or not on_topic or any(retells(summary, t) for t in told) or (attrs.age is not None and not ages[0] <= attrs.age <= ages[1]) \
                     or (genders and attrs.gender_identity not in genders):
                 continue
             pushes = any(e.facet in facets and direction in (None, e.direction) for e in on_topic)
@@ -145,6 +147,19 @@ class Pools:
     def _catalog(self, topic: str) -> list[InventoryItem]:
         topics = load_catalog().topics
         return [InventoryItem(name=i.name, tags=list(i.tags)) for i in topics[topic].items] if topic in topics else []
+
+
+def stems(text: str) -> set[str]:
+    """Content words cut to five letters ("noodles" and "noodle" alike): what a reader sees two texts share."""
+    return {w[:5] for w in content_words(text)}
+
+
+def retells(summary: str, lived: str) -> bool:
+    """Whether an event tells the same story as one the persona lived (half the words of the shorter alike:
+    "learned from a dentist that daily blended fruit bowls were eroding their enamel"): as a wrong reason or an
+    untold event it would be true."""
+    a, b = stems(summary), stems(lived)
+    return bool(a and b) and len(a & b) * 2 >= min(len(a), len(b))
 
 
 @cache
