@@ -40,6 +40,8 @@ class SituationCatalog(BaseModel):
 
     version: int
     who: list[str] = Field(min_length=1)
+    others: list[str] = Field(default_factory=list, description="phrases of event summaries whose 'their'/'them' "
+                                                                  "is somebody else's, kept as they are")
     when: list[str] = Field(min_length=1)
     topics: dict[str, TopicSituations]
     fallback: TopicSituations

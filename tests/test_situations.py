@@ -117,3 +117,10 @@ def test_no_wrong_reason_or_untold_event_retells_a_lived_one(ten):
                     assert not any(retells(g.removeprefix("taxonomy:"), s) for s in lived), (g, q.type)
                     checked += 1
     assert checked > 50
+
+
+def test_the_catalogs_others_keep_somebody_elses_their_and_them():
+    assert second_person("drove a coast road, stopping daily for raw oysters in their shells").endswith(
+        "oysters in their shells")
+    assert second_person("memorised a deck of cards by placing them in rooms of their house") == (
+        "memorised a deck of cards by placing them in rooms of your house")

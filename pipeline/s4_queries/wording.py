@@ -101,8 +101,7 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-# third person and first person -> second person; "their" that is somebody else's stays
-_KEEP = ("people for their", "in their language", "from their teens")
+# third person and first person -> second person; "their" that is somebody else's (the catalog's ``others``) stays
 _PERSON = [(re.compile(p, re.IGNORECASE), r) for p, r in (
     (r"\bI am\b", "you are"), (r"\bI'm\b", "you're"), (r"\bI was\b", "you were"), (r"\bI've\b", "you've"),
     (r"\bI\b", "you"), (r"\bmyself\b", "yourself"), (r"\bmy\b", "your"), (r"\bme\b", "you"), (r"\bmine\b", "yours"),
@@ -115,7 +114,7 @@ def second_person(summary: str) -> str:
     """An event summary as said to the user, after "you": ``was told they had X`` -> ``were told you had X``;
     ``enjoyed X, as I love it`` -> ``enjoyed X, as you love it``."""
     text = f"were {summary[4:]}" if summary.startswith("was ") else summary
-    kept = {k: f"\x00{n}\x00" for n, k in enumerate(_KEEP)}
+    kept = {k: f"\x00{n}\x00" for n, k in enumerate(load_situations().others)}
     for phrase, mark in kept.items():
         text = text.replace(phrase, mark)
     for pattern, repl in _PERSON:
