@@ -21,10 +21,10 @@ REPLY_FIELDS: dict[str, dict[str, set[str]]] = {
                                                    "dislike": {"item", "alt", "avoid"}},
     "generalize_to_new_scenarios": {"enjoy": set(), "avoid": set(), "plan": {"item", "stance", "reason"}},
 }
-AGREEMENT = {"it", "has", "is", "feels", "sits"}  # words that agree with the item (wording.item_slots)
+AGREEMENT = {"it", "they", "has", "is", "Is", "feels", "sits"}  # words that agree with the item (wording.item_slots)
 MESSAGE_SLOTS: dict[str, set[str]] = {t: {"situation"} for t in QUERY_TYPES} | {
     "recall_user_shared_facts": {"phrase", "when", "who", "who_lower"},
-    "revisit_reasons_behind_preference_updates": {"situation", "item"},
+    "revisit_reasons_behind_preference_updates": {"situation", "item", *AGREEMENT},
 }
 
 

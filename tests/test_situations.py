@@ -124,3 +124,15 @@ def test_the_catalogs_others_keep_somebody_elses_their_and_them():
         "oysters in their shells")
     assert second_person("memorised a deck of cards by placing them in rooms of their house") == (
         "memorised a deck of cards by placing them in rooms of your house")
+
+
+def test_a_message_naming_a_plural_item_agrees_with_it():
+    import random
+
+    from pipeline.s4_queries.wording import draw_message
+
+    rng, asked = random.Random(0), set()
+    texts = [draw_message("revisit_reasons_behind_preference_updates", "foodRecommendation", rng, asked,
+                          **item_slots("smoothie bowls"))[0] for _ in range(40)]
+    assert not [t for t in texts if re.search(r"Is smoothie|Should (?:it|them) be", t)]
+    assert any("Should they be" in t or "Are smoothie" in t for t in texts)

@@ -301,7 +301,7 @@ def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: s
         options.append(option("outdated_preference", [previous.key], still(previous.stance)))
     answer = cause.summary if cause else options[0].text
     return built(facts, answer, options, [current.key], facts.updates(current.pref_id, as_of), form=variant,
-                 ask_slots={"item": item})
+                 ask_slots=item_slots(item))
 
 
 # -- 6. provide_preference_aligned_recommendations ----------------------------------------------------------

@@ -84,11 +84,14 @@ def plural(item: str) -> bool:
     return last.endswith("s") and not last.endswith(_NOT_PLURAL)
 
 
+# slot -> (singular, plural) form agreeing with the item
+_AGREE = {"it": ("it", "them"), "they": ("it", "they"), "has": ("has", "have"), "is": ("is", "are"),
+          "Is": ("Is", "Are"), "feels": ("feels", "feel"), "sits": ("sits", "sit")}
+
+
 def item_slots(item: str) -> dict[str, str]:
-    """The item and the words that agree with it: {it} {has} {is} {feels} {sits}."""
-    many = plural(item)
-    return {"item": item, "it": "them" if many else "it", "has": "have" if many else "has",
-            "is": "are" if many else "is", "feels": "feel" if many else "feels", "sits": "sit" if many else "sits"}
+    """The item and the words that agree with it: {it} {they} {has} {is} {Is} {feels} {sits}."""
+    return {"item": item} | {slot: forms[plural(item)] for slot, forms in _AGREE.items()}
 
 
 def stance_verb(variant: dict[str, str], stance: str) -> str:
