@@ -53,3 +53,30 @@ def topic_label(topic: str) -> str:
     base = re.sub(r"(Recommendation|Consultation)$", "", topic)
     spaced = re.sub(r"(?<!^)([A-Z])", r" \1", base).lower()
     return f"{spaced} questions" if topic.endswith("Consultation") else spaced
+
+
+_GERUND_LEADS = re.compile(r"^(?:[a-z]+-)?[a-z]+ing\b")
+_NOT_PLURAL = ("ss", "us", "is", "news", "series")
+
+
+def plural(item: str) -> bool:
+    """Whether an item name is a plural noun ("dark chocolate truffles"), not a mass noun or a gerund phrase
+    ("weekly talk therapy", "hiking mountain trails")."""
+    words = item.split()
+    if not words or (_GERUND_LEADS.match(words[0]) and len(words) > 1 and words[0] not in ("evening", "morning")):
+        return False
+    last = words[-1].lower().strip(".,")
+    return last.endswith("s") and not last.endswith(_NOT_PLURAL)
+
+
+_IT = re.compile(r"\bit\b")
+
+
+def with_item(template: str, item: str) -> str:
+    """``template`` with ``{item}`` filled and, for a plural item, its pronoun "it" as "them" ("told a friend I
+    am not a fan of {item}" / "... since I dislike it" -> "... since I dislike them")."""
+    text = template.replace("{item}", item)
+    if not plural(item):
+        return text
+    head, _, tail = text.partition(item)
+    return head + item + _IT.sub("them", tail)

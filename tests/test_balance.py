@@ -10,7 +10,7 @@ from collections import Counter, defaultdict
 from datetime import datetime
 
 from pipeline.s4_queries.balance import answer_slot, balance, shape, slots
-from pipeline.s4_queries.types import chain_text
+from pipeline.s4_queries.chains import chain_text
 from schemas.query import Evidence, Option, Query
 
 TRACK = "track_full_preference_evolution"

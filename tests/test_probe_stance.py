@@ -182,3 +182,16 @@ def test_every_user_turn_voicing_a_version_passes_the_stance_check(personas):
                 if t.role == "user" and t.pref_versions:
                     v = versions[t.pref_versions[-1]]
                     assert stance_problem(t.content, v.item, v.stance) is None, t.content
+
+
+def test_a_query_redrawn_to_no_avail_is_dropped_within_the_same_budget(monkeypatch):
+    import pipeline.s4_queries.filtering as filtering
+
+    monkeypatch.setattr(filtering, "_redrawn", lambda query, *args: query)  # no sound new draw exists
+    config = _budget(load_config("default", n_personas=20), 0.3, max_accuracy=1.0)
+    probe = config.queries.probe.model_copy(update={"max_type_accuracy": 1.0 - 1e-9, "filter_passes": 1})
+    config = config.model_copy(update={"queries": config.queries.model_copy(update={"probe": probe})})
+    queries = synthetic(20, 10, marker="zebra")
+    kept, report = filter_queries(queries, {}, config=config)
+    # every query leaks: the budget (60 queries) is spent once on redraws, and the same queries are then dropped
+    assert sum(report.dropped.values()) == 60 == len(queries) - len(kept)

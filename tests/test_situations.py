@@ -9,8 +9,10 @@ from collections import Counter
 import pytest
 import yaml
 
+from pipeline.catalog import load_taxonomy
 from pipeline.config import DataFileError
-from pipeline.s4_queries.wording import SITUATIONS_FILE, item_slots, load_situations, plural, second_person
+from pipeline.s4_queries.wording import SITUATIONS_FILE, item_slots, load_situations, second_person
+from pipeline.words import plural, with_item
 from schemas.query import QUERY_TYPES
 from tests.test_queries import config_for, fake_llm, run
 
@@ -34,6 +36,14 @@ def test_words_agree_with_plural_items_and_not_with_gerunds_or_mass_nouns():
     assert plural("dark chocolate truffles") and plural("camper van road trips")
     assert not plural("weekly talk therapy") and not plural("hiking mountain trails") and not plural("yoga")
     assert item_slots("oat milk lattes")["it"] == "them" and item_slots("yoga")["has"] == "has"
+    # a routine's pronoun after its item agrees with it; an "it" before the item is another thing's
+    assert with_item("asked a coworker to leave me out of {item}, since I dislike it", "British murder mystery shows") \
+        == "asked a coworker to leave me out of British murder mystery shows, since I dislike them"
+    assert with_item("skipped {item}, as I dislike it", "yoga") == "skipped yoga, as I dislike it"
+    assert with_item("made it home for {item}, as I love it", "board games") == "made it home for board games, as I love them"
+    taxonomy = load_taxonomy()
+    for template in (t for bank in taxonomy.routine_summaries.values() for t in bank):
+        assert template.count("{item}") == 1 and " it" not in template.split("{item}")[0].replace("it home", "")
 
 
 def test_the_catalog_covers_every_type_and_refuses_an_unknown_slot_naming_the_file(tmp_path):
@@ -61,10 +71,14 @@ def ten(tmp_path_factory):
 def test_queries_are_messages_in_a_situation_answered_by_replies_in_the_second_person(ten):
     queries = [q for _, qs, _ in ten for q in qs]
     assert {q.type for q in queries} == set(QUERY_TYPES)
+    others = load_situations().others  # phrases whose their/them is somebody else's
     for q in queries:
         assert q.question.endswith("?") and q.provenance["situation"], q.question
         for o in q.options:
-            assert not THIRD_PERSON.search(o.text.replace("tell them", "")), o.text
+            text = o.text.replace("tell them", "")
+            for phrase in others:
+                text = text.replace(phrase, "")
+            assert not THIRD_PERSON.search(text), o.text
             assert not any(phrase in o.text for phrase in OLD_PADDING), o.text
     for _, qs, _ in ten:  # no message repeats within a persona
         assert max(Counter(q.question for q in qs).values()) == 1
@@ -91,8 +105,8 @@ def test_a_wrong_reason_is_as_related_to_the_item_as_the_true_cause(ten):
         lived = {e.summary for e in text.timeline.events}
         for q in (q for q in qs if q.type == "revisit_reasons_behind_preference_updates"):
             item = text.timeline.versions(q.provenance["focal"])[-1].item
-            for o in (o for o in q.options if o.role == "wrong_reason"):
-                summary = o.grounding[0].removeprefix("taxonomy:")
+            for o in (o for o in q.options if o.role == "wrong_reason" and o.grounding[0].startswith("taxonomy:")):
+                summary = o.grounding[0].removeprefix("taxonomy:")  # (one the persona lived: test_queries.py)
                 assert summary not in lived and q.topic in reach[summary], summary
                 seen, naming = seen + 1, naming + (item in named[summary])
     assert seen > 20 and naming > 0

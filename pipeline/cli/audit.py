@@ -32,16 +32,20 @@ def audit(
     results = run_probes(queries, folds=folds, rounds=rounds)
     if results[0].accuracy is None:
         raise fail(f"{dataset}: the probe needs queries of at least 2 personas", code=2)
-    table = Table(title=f"option-only probes: {len(queries):,} queries, {results[0].folds} folds x {rounds} rounds "
-                        "(accuracy [95% interval])")
+    overall = Table(title=f"option-only probes, overall: {len(queries):,} queries, {results[0].folds} folds x {rounds} rounds")
+    overall.add_column("probe")
+    overall.add_column("accuracy [95% interval]", justify="right", no_wrap=True)
+    for r in results:
+        overall.add_row(r.name, _cell(r.accuracy, r.interval()))
+    console.print(overall)
+    table = Table(title="per type (accuracy)")  # one column per probe: narrow enough for an 80-column terminal
     table.add_column("type")
     table.add_column("queries", justify="right")
     for r in results:
-        table.add_column(r.name, justify="right", no_wrap=True)
-    table.add_row("overall", f"{len(queries):,}", *(_cell(r.accuracy, r.interval()) for r in results))
+        table.add_column(r.name, justify="right")
     for qtype in results[0].by_type:
         table.add_row(qtype.split("_")[0], f"{results[0].n_by_type.get(qtype, 0):,}",
-                      *(_cell(r.by_type.get(qtype), r.interval(qtype)) for r in results))
+                      *(f"{r.by_type[qtype]:.1%}" if qtype in r.by_type else "-" for r in results))
     console.print(table)
     baselines = Table(title="no-context baselines")
     baselines.add_column("what")

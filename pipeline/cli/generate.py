@@ -321,6 +321,10 @@ def _summary(path: Path) -> None:
         console.print(origin_line, soft_wrap=True, highlight=False, markup=False)
     if warning:
         err_console.print(warning, soft_wrap=True, highlight=False, markup=False)
+    from pipeline.dataset.card import unenforced
+
+    if gate := unenforced(manifest.get("stats", {}).get("probe")):
+        err_console.print(f"note: {gate}", soft_wrap=True, highlight=False, markup=False)
     from pipeline.dataset.publishing import KEPT
 
     for line in KEPT:

@@ -71,6 +71,7 @@ def render_card(manifest: Manifest, tables: dict[str, list[BaseModel]]) -> str:
         _counts(tables, manifest.stats.get("assembly_unplaced", {})),
         _baselines(queries, manifest.stats.get("probe")),
         _forms(queries),
+        _built(queries),
         _filtering(manifest.stats.get("probe"), manifest.stats.get("stance_checks")),
         _origin(manifest.stats.get("text_origin"), (manifest.config.get("text") or {}).get("writing", "session")),
         evaluating(manifest),
@@ -184,7 +185,10 @@ def _baselines(queries: list, probe: dict | None = None) -> str:
                  "`personagen audit .` reruns them), accuracy [95% Wilson interval]: *option-only* is a logistic "
                  "regression on word n-grams and lengths of each (question, option); *relational* reads each "
                  "option's relations to the other options of its query (overlaps, shared clauses, prefixes, "
-                 "mirrors, odd one out, length rank, position), with gradient-boosted trees and a linear model.\n\n"
+                 "mirrors, odd one out, length rank, position), with gradient-boosted trees and a linear model; "
+                 "*question set* reads a persona's whole question set (how often each option's own words come back "
+                 "in the persona's other questions) and how each option's parts relate (its reason or event to the "
+                 "item every option names, to the user's message), with gradient-boosted trees.\n\n"
                  + markdown_table(["scope", "queries", *probes], table))
     return text
 
@@ -209,6 +213,28 @@ def _forms(queries: list) -> str:
             "somewhere, so no form gives the answer away; and each type's options are a design in which every "
             "option relates to the others alike (item x stance, reason x stance, chains closed under mirror and "
             "prefix), so how the options relate does not give it away either.\n\n" + markdown_table(["type", *forms], rows))
+
+
+def _built(queries: list) -> str:
+    """How a query is made, and per type how many the model worded against code (by design or as fallback)."""
+    rows = []
+    for qtype in sorted({q.type for q in queries}):
+        of = [q.provenance for q in queries if q.type == qtype]
+        model = sum(p.get("wording") == "model" for p in of)
+        fallback = sum(p.get("wording") == "code" and p.get("fallback") == "true" for p in of)
+        redrawn = sum("redrawn" in p for p in of)
+        situations = len({p.get("situation") for p in of if p.get("situation")})
+        rows.append([qtype, len(of), model, len(of) - model - fallback - redrawn, fallback, redrawn, situations])
+    return ("## How queries are built\n\nCode plans every query: its type, the preference or event it is about, "
+            "the truth of each option and its grounding in the timeline. The user's message comes from a concrete "
+            "situation of the topic (the hand-written, versioned catalog `pipeline/data/situations.yaml`, never the same "
+            "message twice for one persona) and never asks the assistant to remember; the four options are replies "
+            "to it, worded from one reply variant of the type so that they differ only in what they believe. A "
+            "capable model (`--llm openai:...`) rewords the message and the replies in one call, and the gates check "
+            "each reply still names its item and stance; otherwise (the embedded model, a failed gate) code's wording "
+            "stands. Per type: queries worded by the model, by code by design, by code after the model's wording "
+            "failed a gate, redrawn by the adversarial filter (code's wording), and distinct situations used.\n\n"
+            + markdown_table(["type", "queries", "model", "code", "code (fallback)", "redrawn", "situations"], rows))
 
 
 ORIGIN_FIELDS = {"item": "inventory items (preference labels)", "profile": "persona profile",
@@ -240,6 +266,15 @@ def _origin(origin: dict | None, writing: str = "session") -> str:
             + markdown_table(["field", "model, first answer", "model, asked again", "written by code"], rows))
 
 
+def unenforced(probe: dict | None) -> str | None:
+    """One line when the gate did not check a run (too few personas to hold some out), else None."""
+    if not probe or probe.get("enforced", True):
+        return None
+    return (f"the probes' gate was not enforced: {probe.get('personas', 0)} personas, below "
+            f"queries.probe.min_personas ({probe.get('min_personas', 0)}); their figures are reported on the card, "
+            "not checked")
+
+
 def _filtering(probe: dict | None, stance: dict | None) -> str:
     """What the adversarial filter and the stance check did."""
     parts = ["## Filtering\n"]
@@ -260,6 +295,8 @@ def _filtering(probe: dict | None, stance: dict | None) -> str:
                      f"Then queries any option-only probe answered confidently in every round were redrawn, then dropped "
                      f"(budget {probe.get('budget', 0)}); each probe's accuracy before -> after filtering:\n\n"
                      + markdown_table(["type", "balanced", "redrawn", "dropped", *probes], rows))
+        if gate := unenforced(probe):
+            parts.append(f"Note: {gate}.\n")
         reported = [f for f in probe.get("findings", []) if not f.get("refuse")]
         if reported:
             parts.append("Above a threshold, but within the estimate's uncertainty or on too few queries "

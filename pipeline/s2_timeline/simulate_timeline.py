@@ -10,6 +10,7 @@ from pipeline.catalog import item_fit, load_catalog, load_taxonomy
 from pipeline.life_state import apply, code_reason, initial_state
 from pipeline.s2_timeline.events import catalog_facets, event_index
 from pipeline.s2_timeline.periods import PeriodWindow, history_start, period_windows
+from pipeline.words import with_item
 from schemas.catalog import Effect, InventoryItem, LifeEventSpec, Taxonomy
 from schemas.config import RunConfig
 from schemas.ids import pref_id, stable_id
@@ -364,7 +365,7 @@ class _Simulation:
             if not held:
                 continue
             version = self.rng.choice(held)
-            summary = self.rng.choice(self.tax.routine_summaries[version.stance]).replace("{item}", version.item)
+            summary = with_item(self.rng.choice(self.tax.routine_summaries[version.stance]), version.item)
             self._event(window, time, "routine", summary, topic=topic, pref_refs=[version.key])
 
     def timeline(self) -> Timeline:

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.rng import derive_rng
-from pipeline.s4_queries.sources import Pools, stems
+from pipeline.s4_queries.sources import Pools, retells, stems
 from pipeline.words import content_words, mentioned
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
@@ -165,20 +165,28 @@ class Facts:
         the stance it left (first) and the one it holds. Fixed per preference, whoever asks: its revisit and
         generalize questions and its topic's recall questions show the same ones, so an event seen in another
         question of the persona is no sign of the true one."""
-        return self._memoized(("decoy_reasons", pref_id, k), lambda: self._decoy_reasons(pref_id, k))
+        away, toward = self.decoy_ways(pref_id)
+        return [r for pair in zip(away, toward, strict=False) for r in pair][:k]
 
-    def _decoy_reasons(self, pref_id: str, k: int) -> list[tuple[str, str]]:
+    def decoy_ways(self, pref_id: str) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+        """The preference's wrong reasons by the way they would have turned it: (toward the stance it left,
+        toward the one it holds), each of up to ``n_options`` + 2, no reason in both; fixed per preference (one
+        list, so a question asking for fewer shows the first of the same ones)."""
+        return self._memoized(("decoy_ways", pref_id), lambda: self._decoy_ways(pref_id, self.n_options + 2))
+
+    def _decoy_ways(self, pref_id: str, k: int) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         causes = self.causes(pref_id)
         barred, near = {c.summary for c in causes}, causes[-1].summary if causes else ""
         now = self.timeline.versions(pref_id)[-1]
         named = stems(now.item)
         rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_reasons")
-        ways = []
+        ways: list[list[tuple[str, str]]] = []
         for stance in ("dislike" if now.stance == "like" else "like", now.stance):
             pool: list[str] = []
             for tier in self.pools.related_events(now.topic, now.item, "+" if stance == "like" else "-"):
                 tier = [s for s in tier if s not in barred]
                 rng.shuffle(tier)
+                tier.sort(key=lambda s: s not in self.pools.causes)  # events of the kind personas live first
                 pool += tier
             # of about the cause's length (in steps of 3 words), those sharing words with the item first: a true
             # cause often names it ("food poisoning from street noodle soup" for pho), so sharing words with the
@@ -186,24 +194,48 @@ class Facts:
             shown = pool[: max(3 * k, 8)] + [s for s in pool[max(3 * k, 8):] if stems(s) & named]
             size = len(near.split())
             shown.sort(key=lambda s: (abs(len(s.split()) - size) // 3 if near else 0, not stems(s) & named))
-            ways.append(shown[:k])
-        out: list[str] = []
-        for pair in zip(*ways, strict=False):
-            for s in pair:
-                if s not in out:
-                    out.append(s)
-        return [(f"taxonomy:{s}", s) for s in out[:k]]
+            taken = {r for way in ways for _, r in way}
+            ways.append([(f"taxonomy:{r}", r) for r in dict.fromkeys(shown) if r not in taken][:k])
+        return ways[0], ways[1]
+
+    def lived_decoy(self, pref_id: str, as_of: datetime) -> Event | None:
+        """A life event the persona lived that did not turn this preference, for a wrong reason: of the preference's
+        topic or naming its item (so as plausible a cause as an unlived one), after its last change (or, never
+        changed, its start) and before ``as_of``, no cause of any of its versions nor a retelling of one, so "your
+        view changed after/since you ..." is false of it. Causes of the persona's other preferences first (other
+        questions show them, so an event that comes back across its questions is no sign of the true one); fixed
+        per (preference, as_of)."""
+        return self._memoized(("lived_decoy", pref_id, as_of), lambda: self._lived_decoy(pref_id, as_of))
+
+    def _lived_decoy(self, pref_id: str, as_of: datetime) -> Event | None:
+        versions = [v for v in self.timeline.versions(pref_id) if v.valid_from <= as_of]
+        if not versions:
+            return None
+        causes, now = self.causes(pref_id), versions[-1]
+        named = stems(now.item)
+        turned = {c.event_id for v in self.timeline.preferences if (c := self.life_cause(v))}
+        pool = [e for e in self.timeline.events if e.kind == "life_event" and now.valid_from < e.time < as_of
+                and (e.topic == now.topic or stems(e.summary) & named) and e.event_id not in {c.event_id for c in causes}
+                and not any(retells(e.summary, c.summary) for c in causes)]
+        derive_rng(0, self.persona.persona_id, pref_id, "lived_decoy").shuffle(pool)
+        return min(pool, key=lambda e: e.event_id not in turned, default=None)
 
     def related_untold(self, topic: str, rng: random.Random, k: int, near: str = "") -> list[str]:
         """Up to ``k`` life events the persona never lived that reach ``topic`` (as related to it as a told
         one), of about the length of ``near``: first the wrong reasons its revisit and generalize questions
         show about the topic's preferences (so an event seen in another of its questions is no sign of a
         lived one), then others that reach the topic, drawn per question."""
-        shown = sorted({s for pid in self.prefs(topic) for _, s in self.decoy_reasons(pid, 2)})
+        shown = sorted({s for pid in self.prefs(topic) for _, s in self.decoy_reasons(pid, 3)})
         rest = [s for tier in self.pools.related_events(topic) for s in tier if s not in shown]
         rng.shuffle(shown)
         rng.shuffle(rest)
         return near_in_length(shown[:k] + rest[: max(2 * k, 8)], near, k)
+
+    def decoy_items(self, topic: str) -> list[str]:
+        """The second items of the topic's item x stance designs (one per preference, see ``decoy_item``): items
+        the persona never held nor named that its acknowledge and provide questions show."""
+        return sorted({d for pid in self.prefs(topic) if (v := self.current(pid, self.end))
+                       and (d := self.decoy_item(topic, pid, v.item))})
 
     def decoy_item(self, topic: str, pref_id: str, like: str) -> str | None:
         """An item of the persona's own pool for ``topic`` never held nor named, fixed per (persona,

@@ -1,7 +1,8 @@
 """Adversarial filtering before publishing (AFLite, as WinoGrande filters): the option-only probes
 (per-option n-grams; relational trees and linear) find the queries they answer confidently in every
 cross-validation round; those (the union over the probes) are redrawn (a new distractor draw,
-code-written wording) and, if still answered, dropped, all within a budget. Publishing fails closed
+code-written wording) and, if still answered in a type above the per-type limit, dropped, all within a
+budget of queries (a query redrawn and then dropped counts once). Publishing fails closed
 when any probe's accuracy, overall or of a type, stays above its threshold by more than the
 estimate's uncertainty: the lower end of its 95% Wilson interval above the threshold, and for a type
 at least ``min_type_queries`` held-out queries; a figure above its threshold that is not certain is
@@ -38,6 +39,8 @@ class FilterReport(BaseModel):
     balanced: dict[str, int] = Field(default_factory=dict, description="dropped per type to even out the shapes' slots")
     budget: int = 0
     enforced: bool = True
+    personas: int = 0
+    min_personas: int = 0
     findings: list[Finding] = Field(default_factory=list, description="figures above a threshold after filtering")
 
     def summary(self) -> dict:
@@ -47,7 +50,8 @@ class FilterReport(BaseModel):
                   for b, a in zip(self.before, self.after, strict=True)}
         return {"probes": probes, "redrawn": self.redrawn, "dropped": self.dropped, "balanced": self.balanced,
                 "budget": self.budget,
-                "enforced": self.enforced, "findings": [f.model_dump() for f in self.findings]}
+                "enforced": self.enforced, "personas": self.personas, "min_personas": self.min_personas,
+                "findings": [f.model_dump() for f in self.findings]}
 
 
 PersonaInput = tuple  # (persona, timeline, sessions, inventory) of one persona
@@ -60,19 +64,23 @@ def filter_queries(queries: list[Query], personas: dict[str, PersonaInput], *, c
     queries, cut = balance(queries, slack=s.balance_slack, seed=config.seed)
     probe = lambda qs: run_probes(qs, folds=s.folds, rounds=s.rounds, confidence=s.confidence, seed=config.seed)  # noqa: E731
     before = results = probe(queries)
-    enforced = before[0].accuracy is not None and len({q.persona_id for q in queries}) >= s.min_personas
+    n_personas = len({q.persona_id for q in queries})
+    enforced = before[0].accuracy is not None and n_personas >= s.min_personas
     report = FilterReport(before=before, after=before, budget=int(s.filter_budget * len(queries)), enforced=enforced,
-                          balanced=cut)
-    left = report.budget if enforced else 0
+                          balanced=cut, personas=n_personas, min_personas=s.min_personas)
+    budget = report.budget if enforced else 0
+    touched: set[str] = set()  # the budget counts queries, so a redrawn query still answered may be dropped too
     facts: dict[str, Facts] = {}
     for k in range(s.filter_passes):
-        leaks = _targets(results, queries, s.filter_above)[:left]
+        leaks = _within(_targets(results, queries, s.filter_above), touched, budget)
         if not leaks:
             break
         queries = [_redrawn(q, personas, facts, config, k, report) if q.query_id in leaks else q for q in queries]
-        left -= len(leaks)
+        touched |= set(leaks)
         results = probe(queries)
-    drop = set(_targets(results, queries, s.filter_above)[:left])
+    # drops only in types a probe still answers above the per-type limit: dropping every confident hit of a type
+    # near chance pushes it below chance, which leaks the answer the other way
+    drop = set(_within(_targets(results, queries, s.max_type_accuracy), touched, budget))
     if drop:
         report.dropped = dict(Counter(q.type for q in queries if q.query_id in drop))
         queries = [q for q in queries if q.query_id not in drop]
@@ -98,6 +106,12 @@ def refusal(refused: list[Finding], report: FilterReport) -> str:
             f"{sum(report.dropped.values())} dropped; nothing published. Run with more personas or a different "
             f"--seed (or raise {refused[0].setting}); `personagen audit` on a published version shows every probe "
             f"per type")
+
+
+def _within(targets: list[str], touched: set[str], budget: int) -> list[str]:
+    """The targets the budget still covers: those already redrawn, then new ones while it lasts."""
+    fresh = [t for t in targets if t not in touched][: max(0, budget - len(touched))]
+    return [t for t in targets if t in touched] + fresh
 
 
 def _targets(results: list[ProbeResult], queries: list[Query], above: float) -> list[str]:

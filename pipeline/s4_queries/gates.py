@@ -3,7 +3,8 @@ tried when the model's wording keeps failing them.
 
 Wording gates: options are distinct; the question does not hold the answer, is in first person, asks
 something and does not repeat an option; option lengths within a tolerance of the median (tokens);
-the correct option is not the single option sharing the most content words with the question. Structural validation re-derives each
+the correct option is not the single option sharing the most content words with the question; a reworded
+reply still names its item (reason, alternative) and keeps its stance. Structural validation re-derives each
 label from the timeline and the turn annotations. The no-context judge is optional.
 """
 
@@ -16,7 +17,7 @@ from dataclasses import replace
 from pipeline.checks.quality import text_problem
 from pipeline.llm import LLM, LLMError
 from pipeline.s4_queries.facts import Facts
-from pipeline.s4_queries.options import length_problem, overlap_problem
+from pipeline.s4_queries.options import carries_problem, length_problem, overlap_problem
 from pipeline.s4_queries.plan import QueryPlan
 from pipeline.specs import QUERY_JUDGE
 from pipeline.words import keywords, mentions
@@ -25,7 +26,7 @@ from schemas.query import ABSENT, Query
 from schemas.query_drafts import JudgeContext, judge_draft
 
 GATES: tuple[str, ...] = ("structural", "model_call", "duplicate_options", "answer_in_question", "first_person",
-                          "not_a_question", "copies_option", "length", "overlap", "unreadable", "judge")
+                          "not_a_question", "copies_option", "length", "overlap", "carries", "unreadable", "judge")
 FIRST_PERSON = frozenset({"i", "me", "my", "mine", "myself", "i'm", "i've", "i'd", "i'll", "im", "ive"})
 _WORD = re.compile(r"[a-z']+")
 # types whose every update-based query shows the superseded version (track's chain sets show a prefix
@@ -60,6 +61,8 @@ def wording_problem(plan: QueryPlan, question: str, texts: list[str], tolerance:
         return "length", problem
     if problem := overlap_problem(question, texts, plan.correct_index):
         return "overlap", problem
+    if problem := carries_problem([o.text for o in plan.options], texts):
+        return "carries", problem
     allowed = [plan.answer, plan.ask, *(o.text for o in plan.options)]  # the plan's own words count as known
     if problem := text_problem(question, "question", allowed=allowed):
         return "unreadable", f"question: {problem}"
@@ -105,7 +108,14 @@ def _option_problems(query: Query, facts: Facts) -> list[str]:
         problems.append("the correct new idea is something the persona already holds")
     if any(not facts.unsaid(g.split(":", 1)[1]) for g in correct.grounding if g.startswith("inventory:")):
         problems.append("the correct new idea was already named in the history")
+    focal = query.provenance.get("focal", "")
+    causes = {c.event_id for c in facts.causes(focal)} if focal.startswith("pref_") else set()
+    changes = [v.valid_from for v in facts.timeline.versions(focal) if v.valid_from <= query.as_of] if causes else []
     for option in query.options:
+        lived = [events[g] for g in option.grounding if g in events]
+        if option.role == "wrong_reason" and any(e.event_id in causes or any(t > e.time for t in changes[1:])
+                                                 for e in lived):
+            problems.append("a wrong reason the persona lived is a cause of the item, or the item changed after it")
         if option.role == "outdated_preference":
             old = [versions.get(g) for g in option.grounding if "@" in g]
             if not old or any(v is None or v.valid_to is None or v.valid_to > query.as_of for v in old):

@@ -11,8 +11,10 @@ from typing import Literal
 from pydantic import BaseModel
 
 from pipeline.s4_queries.facts import Facts
+from pipeline.s4_queries.relational import STANCE, polarity
+from pipeline.s4_queries.sources import stems
 from pipeline.tokens import count_tokens
-from pipeline.words import keywords
+from pipeline.words import keywords, tokens
 from schemas.query import OptionRole
 
 
@@ -67,14 +69,48 @@ def length_problem(texts: list[str], tolerance: float) -> str | None:
     return f"option lengths {lengths} stray over {tolerance:.0%} from the median {median}" if bad else None
 
 
-def overlap_problem(question: str, texts: list[str], correct: int) -> str | None:
-    """The correct option must not be the single one sharing the most content words with the question."""
+def leaning(question: str, texts: list[str]) -> int | None:
+    """The option that alone shares the most words with the question, if one does."""
     words = keywords(question)
     shared = [len(words & keywords(t)) for t in texts]
     best = max(shared)
-    if shared[correct] == best and shared.count(best) == 1 and best > 0:
+    return shared.index(best) if best > 0 and shared.count(best) == 1 else None
+
+
+def overlap_problem(question: str, texts: list[str], correct: int) -> str | None:
+    """The correct option must not be the single one sharing the most content words with the question."""
+    if leaning(question, texts) == correct:
+        shared = [len(keywords(question) & keywords(t)) for t in texts]
         return f"the correct option alone shares the most words with the question ({shared})"
     return None
+
+
+def carries_problem(code: list[str], texts: list[str]) -> str | None:
+    """Whether reworded replies still carry what code's replies say: each reply names at least half of its own
+    words (the ones not every option shares: its item, reason, alternative) and no more of another option's,
+    and keeps its stance (a reply whose code wording has stance words of one sign may not carry only the other).
+    Code's own wording passes by construction."""
+    if texts == code:
+        return None
+    own = [stems(" ".join(ws)) for ws in _own(code)]
+    for i, (text, mine) in enumerate(zip(texts, own, strict=True), start=1):
+        said = stems(text)
+        hits = len(mine & said)
+        if mine and hits * 2 < len(mine):
+            return f"reply {i} lost what it is about ({', '.join(sorted(mine - said)[:3])})"
+        if other := next((j for j, theirs in enumerate(own, start=1) if j != i and len(theirs & said) > hits), None):
+            return f"reply {i} speaks of option {other}'s item"
+        before, after = set(polarity(tokens(code[i - 1]))), set(polarity(tokens(text)))
+        if len(before) == 1 and after and not before & after:
+            return f"reply {i} turned its stance around"
+    return None
+
+
+def _own(texts: list[str]) -> list[set[str]]:
+    """Each text's content words that not every text has, stance words aside."""
+    sets = [{w for w in tokens(t) if len(w) > 3 and w not in STANCE} for t in texts]
+    common = set.intersection(*sets) if sets else set()
+    return [s - common for s in sets]
 
 
 def option(role: OptionRole, grounding: list[str], text: str) -> OptionPlan:

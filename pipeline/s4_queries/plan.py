@@ -17,10 +17,11 @@ from pipeline.s4_queries.options import (
     VARIANTS,
     Built,
     OptionPlan,
+    leaning,
     length_problem,
     overlap_problem,
 )
-from pipeline.s4_queries.sources import Pools, shadow_timelines
+from pipeline.s4_queries.sources import Pools, reference_causes, shadow_timelines
 from pipeline.s4_queries.types import BUILDERS
 from pipeline.s4_queries.wording import draw_message
 from schemas.catalog import InventoryItem
@@ -32,6 +33,7 @@ from schemas.query import QUERY_TYPES, Evidence, Option, Query, QueryType
 from schemas.timeline import Timeline
 
 PREF_TYPES = ("acknowledge_latest_preferences", "provide_preference_aligned_recommendations")
+REASON_TYPES = ("revisit_reasons_behind_preference_updates", "generalize_to_new_scenarios")
 CHANGE_TYPES = ("track_full_preference_evolution", "revisit_reasons_behind_preference_updates",
                 "generalize_to_new_scenarios")
 
@@ -72,7 +74,7 @@ def persona_facts(persona: Persona, timeline: Timeline, sessions: list[SessionWi
     own = [s for s in sessions if s.session.persona_id == persona.persona_id]
     shadows = shadow_timelines(config, persona.persona_id, inventory=inventory)
     pools = Pools(persona=persona, timeline=timeline, shadows=shadows, topics=list(config.topics),
-                  inventory=dict(inventory or {}))
+                  inventory=dict(inventory or {}), causes=reference_causes(config))
     return Facts(persona=persona, timeline=timeline, sessions=own, pools=pools, n_options=config.queries.n_options)
 
 
@@ -82,18 +84,20 @@ def plan_queries(facts: Facts, *, settings: QuerySettings, rng: random.Random) -
     uniform across the dataset."""
     usage: Counter[str] = Counter()
     plans: list[QueryPlan] = []
+    shown: set[str] = set()  # the events the reason questions planned so far show
     for qtype in QUERY_TYPES:
         quota = settings.quota(qtype)
         special: list[QueryPlan] = []
         for variant in VARIANTS.get(qtype, ()):
             share = settings.abstain_share if variant == "abstention" else settings.no_change_share
-            special += _take(facts, qtype, variant, _share_count(quota, share, rng), usage, rng, settings)
+            special += _take(facts, qtype, variant, _share_count(quota, share, rng), usage, rng, settings,
+                             shown=shown)
         # the forgetful reply is shown FORGETFUL_WEIGHT times as often as it is right (see types.py)
         abstained = sum(p.form == "abstention" for p in special)
         normal = max(1, quota - len(special))
         weight = FORGETFUL_WEIGHT.get(qtype, facts.n_options - 1)
         rate = min(1.0, weight * abstained / normal) if qtype in FORGETFUL_TYPES and weight else 1.0
-        plans += special + _take(facts, qtype, "statement", quota - len(special), usage, rng, settings, rate)
+        plans += special + _take(facts, qtype, "statement", quota - len(special), usage, rng, settings, rate, shown)
     return [_ordered(p, pos, rng) for p, pos in zip(plans, balanced_positions(len(plans), facts.n_options, rng), strict=True)]
 
 
@@ -109,9 +113,22 @@ def _share_count(quota: int, share: float, rng: random.Random) -> int:
     return int(whole) + (rng.random() < whole - int(whole))
 
 
+def _shown_again(facts: Facts, qtype: str, focal: str, shown: set[str]) -> int:
+    """1 when a reason question about ``focal`` would show a cause another reason question of the persona
+    already shows (one life event often turns two preferences): a true cause shown in two questions would
+    stand out against wrong reasons shown in one."""
+    if qtype not in REASON_TYPES or not focal.startswith("pref_"):
+        return 0
+    version = facts.current(focal, facts.end)
+    cause = facts.life_cause(version) if version else None
+    return int(cause is not None and cause.event_id in shown)
+
+
 def _take(facts: Facts, qtype: str, variant: str, count: int, usage: Counter[str], rng: random.Random,
-          settings: QuerySettings, forgetful_rate: float = 1.0) -> list[QueryPlan]:
-    """Up to ``count`` plans of one variant, least-used topics first."""
+          settings: QuerySettings, forgetful_rate: float = 1.0, shown: set[str] | None = None) -> list[QueryPlan]:
+    """Up to ``count`` plans of one variant, least-used topics first (for the reason types, preferences whose
+    cause no other reason question shows before them); ``shown`` gathers the events reason questions show."""
+    shown = set() if shown is None else shown
     pool = _candidates(facts, qtype, rng, variant) if count > 0 else []
     out: list[QueryPlan] = []
     while pool and len(out) < count:
@@ -121,13 +138,15 @@ def _take(facts: Facts, qtype: str, variant: str, count: int, usage: Counter[str
         wanted = rng.choice(("like", "dislike"))
         first = 1 if qtype in CHANGE_TYPES else 0
         pick = min(pool, key=lambda c: ((miss := _stance(facts, c[1]) not in (wanted, None)) * first,
-                                        usage[c[0]] + miss, miss, c[2]))
+                                        _shown_again(facts, qtype, c[1], shown), usage[c[0]] + miss, miss, c[2]))
         pool.remove(pick)
         draw = Draw(variant=variant, forgetful=rng.random() < forgetful_rate, tolerance=settings.length_tolerance)
         plan = _plan_one(facts, qtype, pick[0], pick[1], rng, settings, draw)
         if plan is not None:
             out.append(plan)
             usage[pick[0]] += 1
+            if qtype in REASON_TYPES:
+                shown |= {g for o in plan.options for g in o.grounding if g.startswith("evt_")}
     return out
 
 
@@ -142,7 +161,7 @@ def balanced_positions(count: int, n: int, rng: random.Random) -> list[int]:
 
 
 def _candidates(facts: Facts, qtype: str, rng: random.Random,
-                variant: str = "statement") -> list[tuple[str, str, tuple[int, float]]]:
+                variant: str = "statement") -> list[tuple[str, str, tuple[int, ...]]]:
     """(topic, focal id, rank) for every query this type could ask; lower rank first (changed prefs first)."""
     end = facts.end
     out = []
@@ -153,7 +172,10 @@ def _candidates(facts: Facts, qtype: str, rng: random.Random,
         elif variant == "no_change":
             out += [(topic, pid, (0, rng.random())) for pid in facts.prefs(topic) if not facts.updates(pid, end)]
         elif qtype == "recall_user_shared_facts":
-            out += [(topic, e, (0, rng.random())) for e in facts.told_events(topic)]
+            # events that caused a change last: the revisit and generalize questions show those already, and
+            # an event shown in two questions of a persona would stand out against decoys shown in one
+            shown = {c.event_id for pid in facts.prefs(topic) for c in facts.causes(pid)}
+            out += [(topic, e, (int(e in shown), rng.random())) for e in facts.told_events(topic)]
         elif qtype == "suggest_new_ideas":
             out.append((topic, topic, (0, rng.random())))
         else:
@@ -168,8 +190,7 @@ def _unheard(facts: Facts, topic: str, rng: random.Random) -> list[str]:
     """The item an abstention asks about: one the persona never held nor named that its other questions show as
     a decoy (the second item of a preference's item x stance design), so an item seen elsewhere in its
     questions is no sign that it was voiced; a spare item of its pool when there is none."""
-    decoys = sorted({d for pid in facts.prefs(topic) if (v := facts.current(pid, facts.end))
-                     and (d := facts.decoy_item(topic, pid, v.item))})
+    decoys = facts.decoy_items(topic)
     return [rng.choice(decoys)] if decoys else facts.spare_items(topic, rng, 1)
 
 
@@ -183,7 +204,7 @@ class Draw(BaseModel):
 
 
 BUILD_TRIES = 4  # draws of a builder (reply variant, distractors) until the option lengths are even
-MESSAGE_TRIES = 6  # draws of the user's message until its words do not lean toward the right reply
+MESSAGE_TRIES = 6  # draws of the user's message until its words lean toward no reply
 
 
 def _plan_one(facts: Facts, qtype: str, topic: str, focal: str, rng: random.Random,
@@ -239,10 +260,18 @@ def _anchored(facts: Facts, qtype: str, topic: str, focal: str, rng: random.Rand
 def _plan(facts: Facts, qtype, topic, focal, built: Built, as_of: datetime, anchor: tuple[str, int] | None,
           refs: list[TurnRef], rng: random.Random) -> QueryPlan:
     """The plan with the user's in-situ message: a situation of the topic, a message of the type around it."""
-    for _ in range(MESSAGE_TRIES):  # a message whose words lean toward the right reply is drawn again
+    # a message whose words lean toward one reply is drawn again: toward the right one it would give the answer
+    # away, and toward a wrong one only (the gate forbids the right one) it would tell a reader which to rule out
+    texts = [o.text for o in built.options]
+    fallback = None
+    for _ in range(MESSAGE_TRIES):
         ask, situation = draw_message(qtype, topic, rng, facts.asked, **built.ask_slots)
-        if overlap_problem(ask, [o.text for o in built.options], 0) is None:  # the correct option is built first
+        if leaning(ask, texts) is None:
             break
+        if fallback is None and overlap_problem(ask, texts, 0) is None:  # the correct option is built first
+            fallback = ask, situation
+    else:
+        ask, situation = fallback or (ask, situation)
     return QueryPlan(
         query_id=stable_id("qry", facts.persona.persona_id, qtype, topic, focal),
         persona_id=facts.persona.persona_id, type=qtype, topic=topic, as_of=as_of,

@@ -1,6 +1,6 @@
 """The option-only probes: classifiers that see a query's question and options, never the history.
 
-Two probes, both trained on some personas and scored on held-out ones (persona-grouped
+Three probes, each trained on some personas and scored on held-out ones (persona-grouped
 cross-validation, ``rounds`` different splits, the same splits for both), each answering a query
 with its highest-scoring option:
 
@@ -12,6 +12,10 @@ with its highest-scoring option:
   length rank, position), fitted twice: gradient-boosted trees (the type as a categorical feature)
   and a linear model over the features crossed with the type. It sees what the first cannot: an
   answer that follows from how the options relate.
+- **question set**: what a reader learns from the persona's whole question set and from how each
+  option's parts relate (``exposure.py``: how often an option's own words come back in the persona's
+  other questions; its reason or event against the item every option names and the user's message),
+  fitted with trees and with a linear model crossed with the type.
 
 Their accuracies show how much the options alone give away, each with a Wilson interval over the
 held-out queries; the queries either answers confidently in every round are the candidates the
@@ -31,10 +35,12 @@ from pydantic import BaseModel, Field
 from scipy.sparse import csr_matrix, hstack, vstack
 from sklearn.ensemble import HistGradientBoostingClassifier
 from sklearn.feature_extraction.text import HashingVectorizer
-from sklearn.linear_model import SGDClassifier
+from sklearn.linear_model import LogisticRegression, SGDClassifier
+from sklearn.preprocessing import StandardScaler
 from threadpoolctl import threadpool_limits
 
 from pipeline.baselines import wilson
+from pipeline.s4_queries.exposure import question_set_rows
 from pipeline.s4_queries.relational import crossed, relational_matrix
 from pipeline.words import keywords
 from schemas.query import Query
@@ -42,6 +48,8 @@ from schemas.query import Query
 N_FEATURES = 2**15
 _VECTORIZER = HashingVectorizer(ngram_range=(1, 2), n_features=N_FEATURES, alternate_sign=False, norm="l2")
 OPTION_ONLY, TREES, LINEAR = "option-only", "relational trees", "relational linear"
+QUESTION_SET, QUESTION_SET_LINEAR = "question set", "question set linear"
+PROBES = (OPTION_ONLY, TREES, LINEAR, QUESTION_SET, QUESTION_SET_LINEAR)
 
 
 class ProbeResult(BaseModel):
@@ -191,6 +199,18 @@ def _linear(x, epochs: int | None = None) -> Scorer:
     return score
 
 
+def _logistic(x) -> Scorer:
+    """Logistic regression fitted to convergence (lbfgs) on features scaled to unit variance: few dense
+    features (exposure counts beside shares) need both, where SGD's few passes stop short."""
+    def score(train, labels, test):
+        scale = StandardScaler(with_mean=False).fit(x[train])
+        model = LogisticRegression(C=1.0, max_iter=2000, class_weight="balanced")
+        with threadpool_limits(1):
+            model.fit(scale.transform(x[train]), labels[train])
+            return model.decision_function(scale.transform(x[test]))
+    return score
+
+
 def _trees(x: np.ndarray, seed: int) -> Scorer:
     """Gradient-boosted trees, the last column (the query type) categorical; one thread (on a busy
     machine OpenMP's default team is slower than one thread by 3-10x for fits this small)."""
@@ -211,7 +231,7 @@ def run_probe(queries: Sequence[Query], *, folds: int = 5, rounds: int = 2, conf
 
 
 def run_probes(queries: Sequence[Query], *, folds: int = 5, rounds: int = 2, confidence: float = 0.5, seed: int = 0,
-               which: Sequence[str] = (OPTION_ONLY, TREES, LINEAR)) -> list[ProbeResult]:
+               which: Sequence[str] = PROBES) -> list[ProbeResult]:
     """The probes named in ``which``, over the same persona splits, one result each (in that order)."""
     n_personas = len({q.persona_id for q in queries})
     folds = min(folds, n_personas)
@@ -245,6 +265,13 @@ def _scorers(queries: Sequence[Query], which: Sequence[str], seed: int) -> dict[
         codes = np.repeat([types.index(q.type) for q in queries], [len(q.options) for q in queries])
         out[TREES] = _trees(np.hstack([rel, codes[:, None].astype(np.float32)]), seed)
         out[LINEAR] = _linear(crossed(rel, codes, len(types)), epochs=10)
+    if QUESTION_SET in which or QUESTION_SET_LINEAR in which:
+        types = sorted({q.type for q in queries})
+        codes = np.repeat([types.index(q.type) for q in queries], [len(q.options) for q in queries])
+        # with the relational features: a reader who sees the whole set also sees how each query's options relate
+        rows = np.hstack([question_set_rows(queries).astype(np.float32), relational_matrix([_key(q) for q in queries])])
+        out[QUESTION_SET] = _trees(np.hstack([rows, codes[:, None].astype(np.float32)]), seed)
+        out[QUESTION_SET_LINEAR] = _logistic(crossed(rows, codes, len(types)))
     return out
 
 

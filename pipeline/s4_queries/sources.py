@@ -17,7 +17,7 @@ from pipeline.rng import derive_rng, derive_seed
 from pipeline.s1_personas.sample_personas import persona_from_seed, sample_builtin_seed
 from pipeline.s2_timeline.events import catalog_facets
 from pipeline.s2_timeline.simulate_timeline import simulate_timeline
-from pipeline.words import content_words, mentions
+from pipeline.words import content_words, mentions, with_item
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.persona import Persona
@@ -48,6 +48,27 @@ def shadow_timelines(config: RunConfig, persona_id: str, count: int = SHADOWS,
     return out
 
 
+REFERENCE_PERSONAS = 40
+_CAUSES: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def reference_causes(config: RunConfig) -> frozenset[str]:
+    """The life events the simulator makes the cause of some change, over ``REFERENCE_PERSONAS`` code-only
+    personas on the catalog (the run's topics, a fixed seed; computed once per process and topics): wrong reasons
+    drawn from these first are events of the kind a persona lives, so an event's kind does not tell a lived
+    cause from a made-up one."""
+    key = tuple(sorted(config.topics))
+    if key not in _CAUSES:
+        timelines = shadow_timelines(config.model_copy(update={"seed": 0}), "reference", count=REFERENCE_PERSONAS)
+        found: set[str] = set()
+        for timeline in timelines:
+            kinds = {e.event_id: e for e in timeline.events}
+            found |= {kinds[e.parent_event_id].summary for e in timeline.edges
+                      if e.relation == "causes" and kinds[e.parent_event_id].kind == "life_event"}
+        _CAUSES[key] = frozenset(found)
+    return _CAUSES[key]
+
+
 @dataclass
 class Pools:
     """Catalog items, shadow preferences and taxonomy summaries, minus anything the persona holds."""
@@ -57,6 +78,7 @@ class Pools:
     shadows: list[Timeline]
     topics: list[str]
     inventory: dict[str, list[InventoryItem]] = field(default_factory=dict)
+    causes: frozenset[str] = frozenset()  # events the simulator makes causes (``reference_causes``)
     held: set[str] = field(default_factory=set)
     _unheld: dict[str, bool] = field(default_factory=dict)
     _related: dict[tuple, list[list[str]]] = field(default_factory=dict)
@@ -106,14 +128,18 @@ class Pools:
                     out.append((shadow.persona_id, last))
         return out
 
-    def unlived_routines(self, topic: str, rng: random.Random, k: int, like: str | None = None) -> list[str]:
-        """Up to ``k`` routine summaries about items of ``topic`` the persona never held, of the source of
-        ``like`` (the told routine's item) first, so an item's wording does not tell the told one."""
+    def unlived_routines(self, topic: str, rng: random.Random, k: int, like: str | None = None,
+                         first: list[str] | None = None) -> list[str]:
+        """Up to ``k`` routine summaries about items of ``topic`` the persona never held (``first`` before
+        others), of the source of ``like`` (the told routine's item) first, so an item's wording does not tell
+        the told one."""
         templates = [t for bank in load_taxonomy().routine_summaries.values() for t in bank]
         rng.shuffle(templates)
-        items = self.fresh_items(topic, rng, k + 4)
+        shown = [i for i in first or [] if self.unheld(i)]
+        rng.shuffle(shown)
+        items = list(dict.fromkeys(shown + self.fresh_items(topic, rng, k + 4)))
         items = (self.like_source(topic, items, like) if like else items)[:k]
-        return [t.replace("{item}", item) for t, item in zip(templates, items, strict=False)]
+        return [with_item(t, item) for t, item in zip(templates, items, strict=False)]
 
     def related_events(self, topic: str, item: str | None = None, direction: str | None = None) -> list[list[str]]:
         """Life-event summaries the persona never lived and could have (age, gender), in three tiers of

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from pipeline.s4_queries.chains import chain_set, chain_text, extend, flip
 from pipeline.s4_queries.facts import Facts
 from pipeline.s4_queries.options import Builder, Built, OptionPlan, Variant, built, option
 from pipeline.s4_queries.wording import (
@@ -77,7 +78,10 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
         versions = {v.key: v for v in facts.timeline.preferences}
         like = next((versions[k].item for k in event.pref_refs if k in versions), None)
     untold = facts.related_untold(topic, rng, facts.n_options, near)
-    routines = facts.pools.unlived_routines(topic, rng, facts.n_options, like)
+    # untold routines about the items other questions show as never-voiced decoys first (an item shown only
+    # in the answer's questions would stand out against decoys shown once)
+    routines = facts.pools.unlived_routines(topic, rng, facts.n_options, like,
+                                            [i for i in facts.decoy_items(topic) if facts.unsaid(i)])
     others = (routines + untold) if kind == "routine" else (untold + routines)  # the answer's kind first
     options = head + [option("generic", [f"taxonomy:{s}"], told(s)) for s in others]
     return built(facts, answer, options, keys, form=variant)
@@ -94,9 +98,16 @@ def suggest_new_ideas(facts: Facts, topic: str, _focal: str, as_of: datetime, rn
     outdated = [v for v in facts.ended(topic, as_of) if v.stance == "like" and facts.current(v.pref_id, as_of).stance != "like"]
     order = outdated[:1] + [v for v in held if v.stance == "like"] + [v for v in held if v.stance == "dislike"]
     shown = [v.item for v in order][: facts.n_options - 1]  # the distractors, as ``_built`` keeps them
-    spare = facts.spare_items(topic, rng, 8)
-    if spare and shown:  # the fresh item from the source of a shown one, drawn at random
-        spare = facts.pools.like_source(topic, spare, rng.choice(shown))
+    # the fresh item: one the persona's other questions show as a never-voiced decoy where one is (an item shown
+    # only here would stand out against voiced items that come back across its questions), from the source of
+    # a shown item drawn at random
+    like = rng.choice(shown) if shown else None
+    source = facts.pools.source(topic, like) if like else None
+    decoys = [i for i in facts.decoy_items(topic) if i not in shown and facts.unsaid(i)
+              and facts.pools.source(topic, i) == source]
+    spare = [rng.choice(decoys)] if decoys else facts.spare_items(topic, rng, 8)
+    if spare and like:
+        spare = facts.pools.like_source(topic, spare, like)
     fresh = spare[:1] or facts.pools.fresh_items(topic, rng, 1)
     if not fresh:
         return None
@@ -141,7 +152,7 @@ def acknowledge_latest_preferences(facts: Facts, topic: str, focal: str, as_of: 
         if not held:
             return None
         other = rng.choice(held)
-        form = _flip(other.stance)
+        form = flip(other.stance)
         options = [option("correct", [f"{ABSENT}{focal}"], unsure(focal)),
                    option("generic", [], said(focal, form)),
                    option("violates_preference", [other.key], said(other.item, form)),
@@ -151,8 +162,8 @@ def acknowledge_latest_preferences(facts: Facts, topic: str, focal: str, as_of: 
     if current is None:
         return None
     item = current.item
-    flip = (option("outdated_preference", [previous.key], said(item, previous.stance)) if previous
-            else option("violates_preference", [current.key], said(item, _flip(current.stance))))
+    flipped = (option("outdated_preference", [previous.key], said(item, previous.stance)) if previous
+            else option("violates_preference", [current.key], said(item, flip(current.stance))))
     keys = [current.key] + ([previous.key] if previous else [])
     opposite = [v for v in facts.held(topic, as_of) if v.stance != current.stance and facts.refs([v.key], as_of)]
     if forgetful and opposite:
@@ -165,7 +176,7 @@ def acknowledge_latest_preferences(facts: Facts, topic: str, focal: str, as_of: 
     decoy = facts.decoy_item(topic, focal, item)
     if decoy is None:
         return None
-    options = [option("correct", [current.key], said(item, current.stance)), flip,
+    options = [option("correct", [current.key], said(item, current.stance)), flipped,
                *[option("generic", [f"inventory:{decoy}"], said(decoy, s)) for s in ("like", "dislike")]]
     return built(facts, item, options + others, keys, facts.updates(current.pref_id, as_of))
 
@@ -176,55 +187,7 @@ def _other_persona(facts: Facts, topic: str, rng, word: Callable[[PreferenceVers
     return [option("other_persona", [pid, v.key], word(v)) for pid, v in versions]
 
 
-def _flip(stance: str) -> str:
-    return "dislike" if stance == "like" else "like"
-
-
 # -- 4. track_full_preference_evolution --------------------------------------------------------------------
-def chain_text(item: str, stances: list[str], wording: dict[str, str] | None = None) -> str:
-    """``You first enjoyed X, then you avoided it, and now you enjoy it, so I would work it in.``: the chain
-    of stances and what the reply does with the last one."""
-    wording = wording or load_situations().replies["track_full_preference_evolution"][0]
-    past = {"like": wording["enjoyed"], "dislike": wording["avoided"]}
-    slots = item_slots(item)
-    act = wording["act_like" if stances[-1] == "like" else "act_dislike"].format(**slots)
-    if len(stances) == 1:
-        return f"You have {past[stances[0]]} {item} all along, so {act}."
-    it = slots["it"]
-    middle = "".join(f", then you {past[s]} {it}" for s in stances[1:-1])
-    return f"You first {past[stances[0]]} {item}{middle}, and now you {stance_verb(wording, stances[-1])} {it}, so {act}."
-
-
-def _mirror(stances: list[str]) -> list[str]:
-    return [_flip(s) for s in stances]
-
-
-def _extend(stances: list[str]) -> list[str]:
-    return [*stances, _flip(stances[-1])]
-
-
-def chain_set(stances: list[str], n: int, rng) -> list[list[str]]:
-    """``n`` chains (3 or 4) closed under the mirror and the one-step prefix, the given chain first.
-
-    With 4: the given chain, its mirror and their common-length partners, either one step shorter (the
-    chain in the long role) or one step longer (in the short role): every option has its mirror, and
-    each long option its prefix. With 3: {chain A, mirror of A, prefix of A}, the given chain as A
-    ("full"), as the mirror of A ("mirror") or as the prefix of A ("short"). A one-stance chain can only
-    take the short role; longer chains take the long roles (uniformly), so the short role is right as
-    often as the no-change form is asked (about a third of the chain queries by default)."""
-    roles = ["short"] if len(stances) == 1 else (["full", "mirror"] if n == 3 else ["long"])
-    role = rng.choice(roles)
-    if n == 3:
-        if role == "full":
-            return [stances, _mirror(stances), stances[:-1]]
-        if role == "mirror":
-            return [stances, _mirror(stances), _mirror(stances)[:-1]]
-        return [stances, _extend(stances), _mirror(_extend(stances))]
-    if role == "long":
-        return [stances, _mirror(stances), stances[:-1], _mirror(stances)[:-1]]
-    return [stances, _mirror(stances), _extend(stances), _extend(_mirror(stances))]
-
-
 def track_full_preference_evolution(facts: Facts, topic: str, focal: str, as_of: datetime, rng,
                                     variant: Variant = "statement", forgetful: bool = True) -> Built | None:
     """Correct: the full ordered chain (one stance all along when it never changed), or (abstention: an
@@ -244,10 +207,10 @@ def track_full_preference_evolution(facts: Facts, topic: str, focal: str, as_of:
             return None
         made = [rng.choice(["like", "dislike"])]
         while len(made) < rng.choices([2, 3, 4], weights=[16, 3, 1])[0]:
-            made.append(_flip(made[-1]))
+            made.append(flip(made[-1]))
         options = [option("correct", [f"{ABSENT}{focal}"], wording["forgot"].format(**item_slots(focal)))]
         shown = chain_set(made, 3, rng)
-        options += [option("wrong_sequence", [], chain(focal, w)) for w in shown + [_extend(_extend(w)) for w in shown]]
+        options += [option("wrong_sequence", [], chain(focal, w)) for w in shown + [extend(extend(w)) for w in shown]]
         return built(facts, focal, options, [], form=variant)
     versions = [v for v in facts.timeline.versions(focal) if v.valid_from <= as_of]
     if not versions or (len(versions) < 2) != (variant == "no_change"):
@@ -261,7 +224,7 @@ def track_full_preference_evolution(facts: Facts, topic: str, focal: str, as_of:
         options.append(option("outdated_preference", keys[: len(w)], chain(item, w)) if outdated
                        else option("wrong_sequence", [], chain(item, w)))
     options += [option("forgetful", [], wording["forgot"].format(**item_slots(item)))] if forgetful else []
-    options += [option("wrong_sequence", [], chain(item, _extend(_extend(w)))) for w in shown]  # beyond 4
+    options += [option("wrong_sequence", [], chain(item, extend(extend(w)))) for w in shown]  # beyond 4
     return built(facts, item, options, keys, len(versions) - 1, form=variant)
 
 
@@ -271,9 +234,10 @@ def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: s
     """One "has not changed; you still ..." option and three "changed after ..." options, about the one
     item the question names (so no other change of the topic can make "has not changed" false).
 
-    Statement: the cause of the last change, two reasons that caused no version of the item (life events
-    the persona never lived that would have turned it the same way, fixed per preference and shared with
-    its generalize question), and the old stance as if unchanged. No change: the current stance as
+    Statement: the cause of the last change, two reasons that caused no version of the item (a life event
+    the persona never lived that would have turned it, fixed per preference, which its generalize question
+    shows beside the cause; and one of the topic it lived after the item's last change, which turned
+    something else, or else a second unlived one), and the old stance as if unchanged. No change: the current stance as
     unchanged and three such reasons. The lone "not changed" option is right as often as the no-change
     form is asked (a quarter by default, the rate of any one option); the reasons come from one pool."""
     current, previous = facts.current_and_previous(focal, as_of)
@@ -291,7 +255,12 @@ def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: s
     def still(stance: str) -> str:
         return wording["still"].format(**item_slots(item), stance=stance_verb(wording, stance))
 
-    wrong = facts.decoy_reasons(focal, facts.n_options - (1 if cause is None else 2))
+    # the last wrong reason one the persona lived (of the topic, after the item's last change, which turned
+    # something else) where there is one: other questions show it as a true reason, as its generalize question
+    # shows the cause and the first unlived one, so none comes back across the persona's questions less often
+    lived = facts.lived_decoy(focal, as_of)
+    wrong = facts.decoy_reasons(focal, facts.n_options - (1 if cause is None else 2) - (lived is not None))
+    wrong += [(lived.event_id, lived.summary)] if lived else []
     if cause is None:
         options = [option("correct", [current.key], still(current.stance))]
     else:
@@ -342,7 +311,7 @@ def provide_preference_aligned_recommendations(facts: Facts, topic: str, pref: s
     grounded = [f"inventory:{decoy}"]
     options = [option("correct", [current.key, f"inventory:{alt[item]}"], text(item, current.stance)),
                option("outdated_preference", [previous.key], text(item, previous.stance)) if previous
-               else option("violates_preference", [current.key], text(item, _flip(current.stance))),
+               else option("violates_preference", [current.key], text(item, flip(current.stance))),
                *[option(role if s == "like" else "generic", grounded, text(decoy, s)) for s in ("like", "dislike")]]
     options += [option("other_persona", [pid, v.key], recommend_text(v.item, v.stance, spare[-1], wording))  # beyond 4
                 for pid, v in facts.pools.shadow_current(topic) if v.item not in (item, decoy)]

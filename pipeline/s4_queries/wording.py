@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from pipeline.catalog import DATA_DIR
 from pipeline.config import load_yaml_model
+from pipeline.words import plural
 from schemas.situations import SituationCatalog, TopicSituations
 
 SITUATIONS_FILE = DATA_DIR / "situations.yaml"
@@ -68,20 +69,6 @@ def draw_message(qtype: str, topic: str, rng: random.Random, asked: set[str], **
 def reply_variant(qtype: str, rng: random.Random) -> dict[str, str]:
     """One of the type's reply variants: every option of the query is worded from it."""
     return rng.choice(load_situations().replies[qtype])
-
-
-_GERUND_LEADS = re.compile(r"^(?:[a-z]+-)?[a-z]+ing\b")
-_NOT_PLURAL = ("ss", "us", "is", "news", "series")
-
-
-def plural(item: str) -> bool:
-    """Whether an item name is a plural noun ("dark chocolate truffles"), not a mass noun or a gerund phrase
-    ("weekly talk therapy", "hiking mountain trails")."""
-    words = item.split()
-    if not words or (_GERUND_LEADS.match(words[0]) and len(words) > 1 and words[0] not in ("evening", "morning")):
-        return False
-    last = words[-1].lower().strip(".,")
-    return last.endswith("s") and not last.endswith(_NOT_PLURAL)
 
 
 # slot -> (singular, plural) form agreeing with the item
