@@ -86,8 +86,8 @@ def test_the_card_counts_model_and_code_worded_queries_per_type():
                   {"wording": "code", "redrawn": "1"}, {"wording": "model"}, {"wording": "code"}]
     queries = [q.model_copy(update={"provenance": p}) for q, p in zip(queries, provenance, strict=True)]
     table = _built(queries)
-    assert "| type | queries | model | code | code (fallback) | redrawn | situations |" in table
-    assert "| recall_user_shared_facts | 6 | 2 | 2 | 1 | 1 | 2 |" in table
+    assert "| type | queries | model | code | code (fallback) | redrawn | distinct messages |" in table
+    assert "| recall_user_shared_facts | 6 | 2 | 2 | 1 | 1 | 1 |" in table  # one message asked six times
 
 
 CODE = ["I would go for oat milk lattes again; they are ones you enjoy.",

@@ -223,8 +223,8 @@ def _built(queries: list) -> str:
         model = sum(p.get("wording") == "model" for p in of)
         fallback = sum(p.get("wording") == "code" and p.get("fallback") == "true" for p in of)
         redrawn = sum("redrawn" in p for p in of)
-        situations = len({p.get("situation") for p in of if p.get("situation")})
-        rows.append([qtype, len(of), model, len(of) - model - fallback - redrawn, fallback, redrawn, situations])
+        messages = len({q.question for q in queries if q.type == qtype})
+        rows.append([qtype, len(of), model, len(of) - model - fallback - redrawn, fallback, redrawn, messages])
     return ("## How queries are built\n\nCode plans every query: its type, the preference or event it is about, "
             "the truth of each option and its grounding in the timeline. The user's message comes from a concrete "
             "situation of the topic (the hand-written, versioned catalog `pipeline/data/situations.yaml`, never the same "
@@ -233,8 +233,8 @@ def _built(queries: list) -> str:
             "capable model (`--llm openai:...`) rewords the message and the replies in one call, and the gates check "
             "each reply still names its item and stance; otherwise (the embedded model, a failed gate) code's wording "
             "stands. Per type: queries worded by the model, by code by design, by code after the model's wording "
-            "failed a gate, redrawn by the adversarial filter (code's wording), and distinct situations used.\n\n"
-            + markdown_table(["type", "queries", "model", "code", "code (fallback)", "redrawn", "situations"], rows))
+            "failed a gate, redrawn by the adversarial filter (code's wording), and distinct messages.\n\n"
+            + markdown_table(["type", "queries", "model", "code", "code (fallback)", "redrawn", "distinct messages"], rows))
 
 
 ORIGIN_FIELDS = {"item": "inventory items (preference labels)", "profile": "persona profile",
