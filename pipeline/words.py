@@ -33,6 +33,13 @@ def terms(text: str) -> list[str]:
     return [w for w in tokens(text) if w not in STOPWORDS]
 
 
+def apart(sets: list[set[str]]) -> tuple[list[set[str]], set[str]]:
+    """Each set's members that not every set has (what sets one option apart from the others), and the members
+    they all share."""
+    common = set.intersection(*sets) if sets else set()
+    return [s - common for s in sets], common
+
+
 def keywords(text: str) -> set[str]:
     """The set of :func:`terms`: what the lexical-overlap baselines compare."""
     return set(terms(text))

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from pipeline.words import STOPWORDS, tokens
+from pipeline.words import STOPWORDS, apart, tokens
 from schemas.query import Query
 
 FEATURES = ("exposure", "exposure_share", "never_elsewhere", "exposure_vs_mean", "most_exposed", "least_exposed",
@@ -43,11 +43,9 @@ def _overlap(a: set[str], b: set[str]) -> float:
     return len(a & b) / len(a) if a else 0.0
 
 
-def own_words(query: Query) -> list[set[str]]:
-    """Each option's words that not every option of its query has (its slot values)."""
-    sets = [_words(o.text) for o in query.options]
-    common = set.intersection(*sets) if sets else set()
-    return [s - common for s in sets]
+def own_words(query: Query) -> tuple[list[set[str]], set[str]]:
+    """Each option's words that not every option of its query has (its slot values), and the words all share."""
+    return apart([_words(o.text) for o in query.options])
 
 
 def question_set_rows(queries: Sequence[Query]) -> np.ndarray:
@@ -65,8 +63,7 @@ def question_set_rows(queries: Sequence[Query]) -> np.ndarray:
 
 
 def _query_rows(query: Query, others: list[set[str]], elsewhere: set[str]) -> np.ndarray:
-    parts = own_words(query)
-    shared = set.intersection(*(_words(o.text) for o in query.options))
+    parts, shared = own_words(query)
     item, message = _grams(shared), _grams(_words(query.question))
     exposure = np.array([sum(1 for t in others if p and len(p & t) * 2 >= len(p)) for p in parts], dtype=float)
     item_rel = np.array([_overlap(_grams(p), item) for p in parts])

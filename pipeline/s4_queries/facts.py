@@ -140,19 +140,15 @@ class Facts:
         """The life event that caused this version (through its preference-update event)."""
         if version.caused_by_event_id is None:
             return None
+        return self._memoized(("life_cause", version.key), lambda: self._life_cause(version))
+
+    def _life_cause(self, version: PreferenceVersion) -> Event | None:
         for edge in self.timeline.edges:
             if edge.child_event_id == version.caused_by_event_id and edge.relation == "causes":
                 parent = self.timeline.event(edge.parent_event_id)
                 if parent.kind == "life_event":
                     return parent
         return None
-
-    def other_life_events(self, cause: Event, as_of: datetime, rng: random.Random) -> list[Event]:
-        """The persona's other life events before ``as_of`` (plausible but wrong reasons), shuffled."""
-        others = [e for e in self.timeline.events
-                  if e.kind == "life_event" and e.time < as_of and e.summary != cause.summary]
-        rng.shuffle(others)
-        return others
 
     def causes(self, pref_id: str) -> list[Event]:
         """Every life event behind some version of the preference (any time): none may be a wrong reason."""
@@ -212,10 +208,10 @@ class Facts:
         if not versions:
             return None
         causes, now = self.causes(pref_id), versions[-1]
-        named = stems(now.item)
+        named, barred = stems(now.item), {c.event_id for c in causes}
         turned = {c.event_id for v in self.timeline.preferences if (c := self.life_cause(v))}
         pool = [e for e in self.timeline.events if e.kind == "life_event" and now.valid_from < e.time < as_of
-                and (e.topic == now.topic or stems(e.summary) & named) and e.event_id not in {c.event_id for c in causes}
+                and (e.topic == now.topic or stems(e.summary) & named) and e.event_id not in barred
                 and not any(retells(e.summary, c.summary) for c in causes)]
         derive_rng(0, self.persona.persona_id, pref_id, "lived_decoy").shuffle(pool)
         return min(pool, key=lambda e: e.event_id not in turned, default=None)

@@ -14,7 +14,7 @@ from pipeline.s4_queries.facts import Facts
 from pipeline.s4_queries.relational import STANCE, polarity
 from pipeline.s4_queries.sources import stems
 from pipeline.tokens import count_tokens
-from pipeline.words import keywords, tokens
+from pipeline.words import apart, keywords, tokens
 from schemas.query import OptionRole
 
 
@@ -92,7 +92,7 @@ def carries_problem(code: list[str], texts: list[str]) -> str | None:
     Code's own wording passes by construction."""
     if texts == code:
         return None
-    own = [stems(" ".join(ws)) for ws in _own(code)]
+    own = [stems(" ".join(ws)) for ws in apart([{w for w in tokens(t) if len(w) > 3 and w not in STANCE} for t in code])[0]]
     for i, (text, mine) in enumerate(zip(texts, own, strict=True), start=1):
         said = stems(text)
         hits = len(mine & said)
@@ -104,13 +104,6 @@ def carries_problem(code: list[str], texts: list[str]) -> str | None:
         if len(before) == 1 and after and not before & after:
             return f"reply {i} turned its stance around"
     return None
-
-
-def _own(texts: list[str]) -> list[set[str]]:
-    """Each text's content words that not every text has, stance words aside."""
-    sets = [{w for w in tokens(t) if len(w) > 3 and w not in STANCE} for t in texts]
-    common = set.intersection(*sets) if sets else set()
-    return [s - common for s in sets]
 
 
 def option(role: OptionRole, grounding: list[str], text: str) -> OptionPlan:

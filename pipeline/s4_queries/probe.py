@@ -259,18 +259,19 @@ def _scorers(queries: Sequence[Query], which: Sequence[str], seed: int) -> dict[
     out: dict[str, Scorer] = {}
     if OPTION_ONLY in which:
         out[OPTION_ONLY] = _linear(featurize(queries))
+    if not {TREES, LINEAR, QUESTION_SET, QUESTION_SET_LINEAR} & set(which):
+        return out
+    rel = relational_matrix([_key(q) for q in queries])
+    types = sorted({q.type for q in queries})
+    codes = np.repeat([types.index(q.type) for q in queries], [len(q.options) for q in queries])
+    coded = codes[:, None].astype(np.float32)
     if TREES in which or LINEAR in which:
-        rel = relational_matrix([_key(q) for q in queries])
-        types = sorted({q.type for q in queries})
-        codes = np.repeat([types.index(q.type) for q in queries], [len(q.options) for q in queries])
-        out[TREES] = _trees(np.hstack([rel, codes[:, None].astype(np.float32)]), seed)
+        out[TREES] = _trees(np.hstack([rel, coded]), seed)
         out[LINEAR] = _linear(crossed(rel, codes, len(types)), epochs=10)
     if QUESTION_SET in which or QUESTION_SET_LINEAR in which:
-        types = sorted({q.type for q in queries})
-        codes = np.repeat([types.index(q.type) for q in queries], [len(q.options) for q in queries])
         # with the relational features: a reader who sees the whole set also sees how each query's options relate
-        rows = np.hstack([question_set_rows(queries).astype(np.float32), relational_matrix([_key(q) for q in queries])])
-        out[QUESTION_SET] = _trees(np.hstack([rows, codes[:, None].astype(np.float32)]), seed)
+        rows = np.hstack([question_set_rows(queries).astype(np.float32), rel])
+        out[QUESTION_SET] = _trees(np.hstack([rows, coded]), seed)
         out[QUESTION_SET_LINEAR] = _logistic(crossed(rows, codes, len(types)))
     return out
 

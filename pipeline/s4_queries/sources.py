@@ -113,10 +113,6 @@ class Pools:
         tags = self.persona.attributes.stereotype_tags()
         return {i.name for i in self._items(topic) if tags & set(i.tags)}
 
-    def shadow_likes(self, topic: str) -> list[tuple[str, PreferenceVersion]]:
-        """(shadow persona id, version) for current likes of the shadows in ``topic`` the persona never held."""
-        return [(pid, v) for pid, v in self.shadow_current(topic) if v.stance == "like"]
-
     def shadow_current(self, topic: str) -> list[tuple[str, PreferenceVersion]]:
         """(shadow persona id, version) for the shadows' current versions in ``topic`` (either stance)
         of items the persona never held."""
