@@ -28,6 +28,9 @@ def test_event_summaries_speak_to_the_user():
     assert second_person("burned their mouth at a hotpot dinner") == "burned your mouth at a hotpot dinner"
     assert second_person("enjoyed jazz again, as I love it") == "enjoyed jazz again, as you love it"
     assert second_person("told a friend I am not a fan of my old gym") == "told a friend you are not a fan of your old gym"
+    # a routine's "them" is its item, not the user; a hyphenated word holds no pronoun
+    assert second_person("enjoyed plant-based burgers again, as I love them") == "enjoyed plant-based burgers again, as you love them"
+    assert second_person("got a mountain of hand-me-down baby things") == "got a mountain of hand-me-down baby things"
     # somebody else's "their" stays
     assert second_person("heard an audiobook blame sick people for their illness").endswith("people for their illness")
 

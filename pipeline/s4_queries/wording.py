@@ -91,13 +91,22 @@ def _sentence(text: str) -> str:
     return text[:1].upper() + text[1:]
 
 
-# third person and first person -> second person; "their" that is somebody else's (the catalog's ``others``) stays
-_PERSON = [(re.compile(p, re.IGNORECASE), r) for p, r in (
-    (r"\bI am\b", "you are"), (r"\bI'm\b", "you're"), (r"\bI was\b", "you were"), (r"\bI've\b", "you've"),
-    (r"\bI\b", "you"), (r"\bmyself\b", "yourself"), (r"\bmy\b", "your"), (r"\bme\b", "you"), (r"\bmine\b", "yours"),
-    (r"\bthey were\b", "you were"), (r"\bthey are\b", "you are"), (r"\bthey\b", "you"),
-    (r"\bthemselves\b", "yourself"), (r"\btheirs\b", "yours"), (r"\btheir\b", "your"), (r"\bthem\b", "you"),
+# first person -> second person (routines: "as I love them", where "them" is the item), else third person -> second
+# person (life events: "burned their mouth"); "their" that is somebody else's (the catalog's ``others``) stays
+def _word(pattern: str) -> re.Pattern[str]:
+    """A whole-word pattern that a hyphen also bounds ("hand-me-down" holds no "me")."""
+    return re.compile(rf"(?<![\w-]){pattern}(?![\w-])", re.IGNORECASE)
+
+
+_FIRST = [(_word(p), r) for p, r in (
+    (r"I am", "you are"), (r"I'm", "you're"), (r"I was", "you were"), (r"I've", "you've"),
+    (r"I", "you"), (r"myself", "yourself"), (r"my", "your"), (r"me", "you"), (r"mine", "yours"),
 )]
+_THIRD = [(_word(p), r) for p, r in (
+    (r"they were", "you were"), (r"they are", "you are"), (r"they", "you"),
+    (r"themselves", "yourself"), (r"theirs", "yours"), (r"their", "your"), (r"them", "you"),
+)]
+_FIRST_PERSON = re.compile(r"(?<![\w-])(?:I|I'm|I've|my|me|myself|mine)(?![\w-])")
 
 
 def second_person(summary: str) -> str:
@@ -107,7 +116,7 @@ def second_person(summary: str) -> str:
     kept = {k: f"\x00{n}\x00" for n, k in enumerate(load_situations().others)}
     for phrase, mark in kept.items():
         text = text.replace(phrase, mark)
-    for pattern, repl in _PERSON:
+    for pattern, repl in _FIRST if _FIRST_PERSON.search(text) else _THIRD:
         text = pattern.sub(repl, text)
     for phrase, mark in kept.items():
         text = text.replace(mark, phrase)
