@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from pipeline.cli.audit import audit
+from pipeline.cli.audit import audit, audit_score, audit_sheet
 from pipeline.cli.common import interruptible, stopping
 from pipeline.cli.dataset import export_app, inspect, prune, review
 from pipeline.cli.eval import eval_command, report_command
@@ -20,6 +20,8 @@ app.command()(interruptible(show))
 app.add_typer(export_app, name="export")
 app.command()(interruptible(inspect))
 app.command()(interruptible(audit))
+app.command("audit-sheet")(interruptible(audit_sheet))
+app.command("audit-score")(interruptible(audit_score))
 app.command()(interruptible(prune))
 app.command()(interruptible(review))
 app.add_typer(prompts_app, name="prompts")

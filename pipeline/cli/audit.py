@@ -64,3 +64,73 @@ def _cell(accuracy: float | None, interval: tuple[float, float] | None) -> str:
     if accuracy is None or interval is None:
         return "-"
     return f"{accuracy:.1%} [{100 * interval[0]:.0f}-{100 * interval[1]:.0f}]"
+
+
+def audit_sheet(
+    dataset: DatasetArg,
+    out: Annotated[Path, typer.Option("--out", help="folder for sheet.csv and the item pages (new, or an earlier sheet's)")],
+    n: Annotated[int, typer.Option("--n", min=1, help="how many queries to draw")] = 100,
+    seed: Annotated[int, typer.Option(help="the draw's seed (the same seed draws the same items)")] = 0,
+    outputs: OutputsOpt = Path("outputs"),
+) -> None:
+    """Draw a stratified sample of queries (by type, voicing and budget) as a rater's form: sheet.csv to fill
+    in and a page per item with the evidence, the message and the replies in a fresh order, the key folded."""
+    from pipeline.dataset import load, resolve
+    from pipeline.dataset.files import write_pages
+    from pipeline.reporting.audit_sheet import draw, render_sheet
+
+    try:
+        ds = load(resolve(dataset, outputs))
+        if not ds.queries:
+            raise UserError(f"{ds.path}: the version has no queries to audit")
+        items = draw(ds, n, seed)
+        written = write_pages(out, render_sheet(ds, items))
+    except UserError as exc:
+        raise fail(exc) from None
+    short = f" (the version has {len(ds.queries)} queries)" if len(items) < n else ""
+    console.print(f"audit sheet: {written / 'index.html'}  ({len(items)} items{short}); each rater fills in a copy "
+                  f"of {written / 'sheet.csv'}", highlight=False)
+
+
+def audit_score(
+    dataset: DatasetArg,
+    sheets: Annotated[list[Path], typer.Argument(help="filled sheets, one CSV per rater (the file name names the rater)")],
+    record: Annotated[bool, typer.Option("--record/--no-record",
+                                         help="publish the version again with the audit on its card and manifest")] = True,
+    outputs: OutputsOpt = Path("outputs"),
+) -> None:
+    """Score filled audit sheets: per question the rate and its 95% interval, the raters' agreement (kappa) and
+    the estimated ceiling; recorded as a new version of the same tables whose card shows the audit."""
+    from pipeline.dataset import load, resolve
+    from pipeline.dataset.audited import publish_audit
+    from pipeline.dataset.card_audit import QUESTIONS
+    from pipeline.reporting.audit_score import read_sheets, score
+    from schemas.tables import TABLES
+
+    try:
+        ds = load(resolve(dataset, outputs))
+        audit = score(read_sheets(sheets, ds))
+        target = publish_audit(ds.path, audit, {name: getattr(ds, name) for name in TABLES}) if record else None
+    except UserError as exc:
+        raise fail(exc) from None
+    table = Table(title=f"human audit of {ds.manifest.dataset} {ds.manifest.version}: {audit['items']} items, "
+                        f"{audit['raters']} raters")
+    table.add_column("question")
+    table.add_column("yes [95% interval]", justify="right", no_wrap=True)
+    table.add_column("kappa [95% interval]", justify="right", no_wrap=True)
+    for key, label in QUESTIONS.items():
+        if (q := audit["questions"].get(key)) is not None:
+            kappa = "-" if q.get("kappa") is None else f"{q['kappa']:.2f} [{q['kappa_low']:.2f}, {q['kappa_high']:.2f}]"
+            table.add_row(label, f"{q['rate']:.1%} [{100 * q['low']:.0f}-{100 * q['high']:.0f}]", kappa)
+    console.print(table)
+    c = audit["ceiling"]
+    console.print(f"estimated ceiling (marked answer judged right): {c['rate']:.1%} [{100 * c['low']:.0f}-"
+                  f"{100 * c['high']:.0f}] over {c['items']} items", highlight=False)
+    for name, r in audit["per_rater"].items():
+        mine = [f"{label} {x['rate']:.1%} [{100 * x['low']:.0f}-{100 * x['high']:.0f}]" for key, label in
+                (("choice_agrees_with_key", "own choice is the key"), ("key_right", "marked answer right"))
+                if (x := r.get(key)) is not None]
+        console.print(f"rater {name}: {r['items']} items; " + "; ".join(mine), highlight=False)
+    if target is not None:
+        console.print(f"recorded: {target} (the audit of {ds.manifest.version}, same tables; card and manifest "
+                      "show it)", highlight=False)

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel
 
 from pipeline.baselines import chance_accuracy, lexical_overlap_accuracy, longest_option_accuracy, wilson
+from pipeline.dataset.card_audit import render_audit
 from pipeline.dataset.card_use import (
     evaluating,
     exports,
@@ -19,6 +20,7 @@ from pipeline.dataset.card_use import (
     loading,
     markdown_table,
 )
+from pipeline.dataset.checklist import render_checklist
 from schemas.manifest import Manifest
 
 DESCRIPTIONS = {
@@ -72,6 +74,8 @@ def render_card(manifest: Manifest, tables: dict[str, list[BaseModel]]) -> str:
         _baselines(queries, manifest.stats.get("probe")),
         _forms(queries),
         _built(queries),
+        render_checklist(manifest.stats.get("checklist")),
+        render_audit(manifest.stats.get("audit")),
         _filtering(manifest.stats.get("probe"), manifest.stats.get("stance_checks")),
         _origin(manifest.stats.get("text_origin"), (manifest.config.get("text") or {}).get("writing", "session")),
         evaluating(manifest),

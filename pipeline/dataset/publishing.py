@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, ValidationError
 
 from pipeline.dataset.card import render_card
+from pipeline.dataset.checklist import checklist
 from pipeline.dataset.store import (
     LATEST,
     PublishError,
@@ -211,7 +212,7 @@ def _manifest(staging: Path, info: PublishInfo, version: str, tables: dict[str, 
         usage=info.usage,
         validation=report.model_dump(),
         failures=info.failures,
-        stats=info.stats | {"license": info.license},
+        stats=info.stats | {"license": info.license, "checklist": checklist(tables)},
         files={f"{n}.parquet": _file_entry(staging / f"{n}.parquet", len(tables[n])) for n in TABLES},
     )
 
