@@ -1,5 +1,5 @@
-"""A persona's life state (work, partner, children, home, health, studies, drinking, gender) and the life events it
-allows.
+"""A persona's life state (work, partner, children, home, health, studies, drinking, gender, job: the occupation's
+group) and the life events it allows.
 
 Pure code. The initial state follows from the sampled attributes alone (no randomness), so the
 validator can replay every persona's life events against the taxonomy's preconditions.
@@ -53,7 +53,7 @@ def initial_state(a: SeedAttributes) -> State:
         home = "renting"
     return {"work": work, "partner": partner, "children": children, "home": home, "health": "well",
             "studies": "enrolled" if work == "student" else "none", "drinking": "drinks",
-            "gender": a.gender_identity or "unknown"}
+            "gender": a.gender_identity or "unknown", "job": a.occupation_group or "unknown"}
 
 
 def unmet(spec: LifeEventSpec, state: State, age: int | None) -> str | None:

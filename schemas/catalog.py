@@ -87,6 +87,14 @@ class Weighted(Strict):
     weight: float = Field(default=1.0, gt=0)
 
 
+class Region(Weighted):
+    """A city the sampler places personas in, with what its seasons are like."""
+
+    winter: Literal["cold", "cool", "warm"] = Field(description="cold: snow and ice ordinary; cool: a chilly, dark "
+                                                    "winter with little snow; warm: no winter to speak of")
+    hemisphere: Literal["N", "S"] = "N"
+
+
 class AgeBand(Strict):
     band: str
     min: int = Field(ge=0)
@@ -140,6 +148,9 @@ class LifeEventSpec(Strict):
     sets: dict[str, str] = Field(default_factory=dict, description="dimension -> its value after the event")
     effects: list[str] = Field(default_factory=list, description='"<topic alias> <facet> <+|->" each')
     weight: float = Field(default=1.0, gt=0, description="relative chance of being drawn among the eligible")
+    scale: Literal["major", "minor"] | None = Field(
+        default=None, description="major: a change of life (a move, a birth, a death, a new job, a diagnosis, a break-up); "
+                                  "minor: an experience (a meal, a weekend, a class); None: decided from the summary")
     items: list[str] = Field(
         default_factory=list,
         description="the catalog items the event may turn, each carrying a facet its effects push; none: it changes "
@@ -180,7 +191,7 @@ class Taxonomy(Strict):
     version: int
     age_bands: list[AgeBand] = Field(min_length=1)
     gender_identities: list[Weighted] = Field(min_length=1)
-    regions: list[Weighted] = Field(min_length=1)
+    regions: list[Region] = Field(min_length=1)
     occupations: list[Occupation] = Field(min_length=1)
     life_stages: list[LifeStage] = Field(min_length=1)
     households: list[Household] = Field(min_length=1)

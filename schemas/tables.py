@@ -90,6 +90,7 @@ EVENTS = _schema(
     ("cause_event_id", STR, True),
     ("facet", STR, True),
     ("direction", STR, True),
+    ("scale", STR, True),
 )
 EVENT_EDGES = _schema(
     ("parent_event_id", STR, False),

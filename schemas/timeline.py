@@ -41,6 +41,7 @@ class Event(BaseModel):
     cause_event_id: str | None = Field(default=None, description="preference update: the life event whose effect it is")
     facet: str | None = Field(default=None, description="preference update: the item's facet the effect pushed")
     direction: Literal["+", "-"] | None = Field(default=None, description="+ toward like, - toward dislike")
+    scale: Literal["major", "minor"] | None = Field(default=None, description="life event: a change of life or an experience")
 
 
 class EventEdge(BaseModel):

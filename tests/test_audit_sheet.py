@@ -27,7 +27,7 @@ runner = CliRunner()
 
 @pytest.fixture(scope="module")
 def version(tmp_path_factory):
-    return publish_smoke(tmp_path_factory.mktemp("audit"), n_personas=19)
+    return publish_smoke(tmp_path_factory.mktemp("audit"), n_personas=24)
 
 
 @pytest.fixture(scope="module")

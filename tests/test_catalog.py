@@ -55,8 +55,8 @@ def _taxonomy_copy(tmp_path, old: str, new: str):
 @pytest.mark.parametrize(("old", "new", "message"), [
     ('sets: {work: retired}, effects: [finance retirement +', 'sets: {work: pensioner}, effects: [finance retirement +',
      "work has no value 'pensioner'"),
-    ('requires: {work: [working]}, sets: {work: retired}', 'requires: {job: [working]}, sets: {work: retired}',
-     "unknown life-state dimension 'job'"),
+    ('requires: {work: [working]}, sets: {work: retired}', 'requires: {career: [working]}, sets: {work: retired}',
+     "unknown life-state dimension 'career'"),
     ('effects: [finance retirement +, travel restful +', 'effects: [finance pension +, travel restful +',
      "has no facet 'pension'"),
     ('gist: "retired", age: [58, 75]', 'gist: "retired", age: [95, 99]', "can never happen: ages 95-99"),

@@ -375,6 +375,8 @@ def test_revisit_names_its_item_and_no_wrong_reason_caused_a_change_of_it(fifty)
         assert len(unchanged) == 1
         causes = {c.event_id for c in facts.causes(pref)} | {f"taxonomy:{c.summary}" for c in facts.causes(pref)}
         changed = [v.valid_from for v in facts.timeline.versions(pref) if v.valid_from <= q.as_of][-1]
+        decoy = facts.lived_decoy(pref, q.as_of)  # one the persona lived, wherever there is one, is shown
+        assert decoy is None or any(decoy.event_id in o.grounding for o in q.options if o.role == "wrong_reason")
         for o in q.options:
             if o.role == "wrong_reason":
                 assert not set(o.grounding) & causes
@@ -384,7 +386,7 @@ def test_revisit_names_its_item_and_no_wrong_reason_caused_a_change_of_it(fifty)
                     assert changed < event.time < q.as_of and event.kind == "life_event"
                     assert event.topic == q.topic or stems(event.summary) & stems(item)
                     lived += 1
-    assert seen > 100 and lived > 10
+    assert seen > 100 and lived > 0
 
 
 def test_recall_asks_about_the_topic_in_every_form(fifty):

@@ -11,6 +11,7 @@ from pipeline.catalog import catalog_inventory, item_fit, load_catalog, load_tax
 from pipeline.life_state import replay
 from pipeline.rng import derive_rng
 from pipeline.s1_personas.sample_personas import persona_from_seed, sample_builtin_seed
+from pipeline.s2_timeline.coherence import check_timeline, short_periods
 from pipeline.s2_timeline.periods import period_windows
 from pipeline.s2_timeline.simulate_timeline import simulate_timeline
 from schemas.config import DEFAULT_TOPICS, Period, RunConfig, TimelineSettings
@@ -109,6 +110,8 @@ def test_life_events_fit_the_life_state_and_every_change_follows_its_effect(conf
     t = simulate(config, index)
     lives = [e.summary for e in t.events if e.kind == "life_event"]
     assert replay(seed.attributes, lives, load_taxonomy()) == []
+    persona = persona_from_seed(seed, run_seed=config.seed)  # and the whole life holds together, for any periods
+    assert check_timeline(persona, t, load_taxonomy(), config.periods[0].name, short_periods(config)) == []
     facets = load_catalog().item_facets()
     versions = {p.key: p for p in t.preferences}
     specs = load_taxonomy().event_specs()

@@ -133,7 +133,11 @@ def _made(manifest: Manifest) -> str:
             "range (indoor climbing gyms: 18-60) or genders (mammogram reminders) in the catalog; no persona "
             "holds or takes to one outside them. A "
             "model-written reason is kept only where it names the event and the item; otherwise code's reason, "
-            "which states the link, stays.\n\n"
+            "which states the link, stays. Each life event has a scale (`events.scale`: major, a change of life; "
+            "minor, an experience): a persona lives about one major event a year and never two within 30 days, the "
+            "week and the month after the first conversation hold only minor experiences, an event that names a day "
+            "or a season is placed there for the persona's city, and a changed taste does not turn back within 90 "
+            "days (the validator checks each rule).\n\n"
             + markdown_table(["item", "value"], rows))
 
 

@@ -26,6 +26,7 @@ from pipeline.dataset.store import (
     write_table,
 )
 from pipeline.dataset.validate import validate_tables
+from pipeline.s2_timeline.coherence import short_periods
 from pipeline.dataset.versioning import _locked, _next_version, _pin, _point_latest, prune
 from pipeline.errors import first_validation_error
 from schemas.config import RunConfig
@@ -117,7 +118,8 @@ def _validated(tables: dict[str, list[BaseModel]], errors: list[str], config: Ru
     if errors:
         return ValidationReport(ok=False, n_errors=len(errors), errors=errors, checks=["table schemas"])
     period_order = [p.name for p in config.periods]
-    return validate_tables(tables, period_order=period_order, tolerance=config.assembly.tolerance)
+    return validate_tables(tables, period_order=period_order, tolerance=config.assembly.tolerance,
+                           short_periods=short_periods(config))
 
 
 def publish(

@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from pipeline.catalog import load_catalog, load_taxonomy
 from pipeline.life_state import replay
+from pipeline.s2_timeline.coherence import check_timeline
 from pipeline.s5_assembly.budget import layout, profile_text
 from pipeline.s5_assembly.fit import (
     fill_floor,
@@ -54,14 +55,16 @@ class _Report:
 
 
 def validate_tables(
-    tables: dict[str, list[BaseModel]], *, period_order: list[str], tolerance: float = 0.02
+    tables: dict[str, list[BaseModel]], *, period_order: list[str], tolerance: float = 0.02,
+    short_periods: frozenset[str] = frozenset(),
 ) -> ValidationReport:
     """Every check over the nine tables; the report says ``ok`` only when no check failed."""
     r = _Report()
     _unique_keys(tables, r)
     _references(tables, r)
-    _timelines(tables, r)
+    timelines = _timelines(tables, r)
     _life_states(tables, r)
+    _whole_lives(tables, timelines, period_order, short_periods, r)
     _effects(tables, r)
     turns_by = _turns_by_session(tables["turns"])
     sessions = {s.session_id: s for s in tables["sessions"]}
@@ -126,7 +129,7 @@ def _references(t: dict[str, list[BaseModel]], r: _Report) -> None:
     _missing(r, "placements.query_id", (p.query_id for p in t["placements"]), {q.query_id for q in t["queries"]})
 
 
-def _timelines(t: dict[str, list[BaseModel]], r: _Report) -> None:
+def _timelines(t: dict[str, list[BaseModel]], r: _Report) -> dict[str, Timeline]:
     """Rebuild each persona's Timeline, which checks acyclicity, cause-before-effect and version chains."""
     r.check("timelines: causal DAG and preference version invariants")
     parts: dict[str, dict[str, list]] = defaultdict(lambda: {"events": [], "edges": [], "preferences": []})
@@ -138,11 +141,26 @@ def _timelines(t: dict[str, list[BaseModel]], r: _Report) -> None:
     for edge in t["event_edges"]:
         if edge.child_event_id in owner:
             parts[owner[edge.child_event_id]]["edges"].append(edge)
+    built = {}
     for persona_id, rows in parts.items():
         try:
-            Timeline(persona_id=persona_id, **rows)
+            built[persona_id] = Timeline(persona_id=persona_id, **rows)
         except TimelineError as exc:
             r.error(f"events/preferences: persona {persona_id}: {exc}")
+    return built
+
+
+def _whole_lives(t: dict[str, list[BaseModel]], timelines: dict[str, Timeline], period_order: list[str],
+                 short: frozenset[str], r: _Report) -> None:
+    """Each persona's timeline holds together as one life (pipeline/s2_timeline/coherence.py): major events
+    apart, days and seasons where the calendar and the city put them, the profile's state unchanged before the
+    first conversation, routines that fit work, no taste turned back within days."""
+    r.check("whole lives: time between major events, calendar and place, profile, work, turn-backs")
+    taxonomy = load_taxonomy()
+    for p in t["personas"]:
+        if p.persona_id in timelines and period_order:
+            for rule, message in check_timeline(p, timelines[p.persona_id], taxonomy, period_order[0], short):
+                r.error(f"events: persona {p.persona_id}: {rule}: {message}")
 
 
 def _life_states(t: dict[str, list[BaseModel]], r: _Report) -> None:

@@ -8,7 +8,9 @@ import pyarrow as pa
 from rich.markup import escape
 from rich.tree import Tree
 
-from pipeline.catalog import load_catalog
+from pipeline.catalog import load_catalog, load_taxonomy
+from pipeline.life_state import initial_state
+from pipeline.s2_timeline.calendar import region_of
 from pipeline.dataset import read_table
 from pipeline.errors import UserError
 from schemas.persona import Persona
@@ -44,8 +46,15 @@ def _when(e: Event) -> str:
 
 
 def timeline_tree(persona: Persona, timeline: Timeline) -> Tree:
-    """Initial preferences, then each period's events in time order with their effects and causes."""
+    """The persona's life state, initial preferences, then each period's events in time order with their scale,
+    the state they changed, their effects and causes."""
     root = Tree(f"[bold]{escape(persona.name)}[/] ({persona.persona_id}) — {escape(persona.seed_text)}")
+    taxonomy = load_taxonomy()
+    region = region_of(persona.location, taxonomy)
+    state = initial_state(persona.attributes)
+    root.add(f"[bold]life state[/]: {escape(', '.join(f'{k} {v}' for k, v in state.items()))}; lives in "
+             f"{escape(persona.location or 'an unnamed place')} (winter: {region.winter}, hemisphere {region.hemisphere})")
+    specs = taxonomy.event_specs()
     initial = root.add("[bold]initial preferences[/]")
     for p in timeline.preferences:
         if p.version == 1 and p.caused_by_event_id is None:
@@ -68,7 +77,13 @@ def timeline_tree(persona: Persona, timeline: Timeline) -> Tree:
         if e.kind == "routine":
             branch.add(f"{_when(e)} [dim]routine · {e.topic}[/]: {escape(e.summary)}")
             continue
-        node = branch.add(f"{_when(e)} [cyan]\\[{e.category}][/] {escape(e.summary)}")
+        scale = f" [magenta]{e.scale}[/]" if e.scale else ""
+        node = branch.add(f"{_when(e)} [cyan]\\[{e.category}][/]{scale} {escape(e.summary)}")
+        sets = specs[e.summary][1].sets if e.summary in specs else {}
+        moved = {k: v for k, v in sets.items() if state.get(k) != v}
+        if moved:
+            node.add("[dim]life state: " + escape(", ".join(f"{k} {state.get(k)} → {v}" for k, v in moved.items())) + "[/]")
+            state.update(moved)
         for pid in parents.get(e.event_id, []):
             node.add(f"[dim]caused by {_when(by_id[pid])}: {escape(by_id[pid].summary)}[/]")
         for cid in sorted(children.get(e.event_id, []), key=lambda c: by_id[c].time):

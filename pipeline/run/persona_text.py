@@ -35,7 +35,7 @@ def build_persona_text(seed: PersonaSeed, *, config: RunConfig, llm: LLM) -> Per
     persona = persona_from_seed(seed, run_seed=config.seed, split=config.personas.split)
     persona, inventory = expand_persona(persona, config=config, llm=llm, origin=origin)
     rng = derive_rng(config.seed, persona.persona_id, "simulate_timeline")
-    timeline = simulate_timeline(persona, inventory, config=config, rng=rng)
+    timeline = simulate_timeline(persona, inventory, config=config, rng=rng, index=seed.index)
     timeline = narrate_events(persona, timeline, llm=llm, config=config, origin=origin)
     sessions, stats = write_sessions(persona, timeline, llm=llm, config=config)
     stats.origin = {**origin, **stats.origin}

@@ -30,7 +30,7 @@ def build_plan(config: RunConfig) -> Plan:
         persona = persona_from_seed(seed, run_seed=config.seed, split=config.personas.split)
         rng = derive_rng(config.seed, persona.persona_id, "simulate_timeline")
         personas.append(persona)
-        timelines.append(simulate_timeline(persona, inventory, config=config, rng=rng))
+        timelines.append(simulate_timeline(persona, inventory, config=config, rng=rng, index=seed.index))
     return Plan(personas=personas, timelines=timelines)
 
 

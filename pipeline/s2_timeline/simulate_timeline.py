@@ -7,8 +7,14 @@ from collections import Counter
 from datetime import datetime, timedelta
 
 from pipeline.catalog import item_fit, load_catalog, load_taxonomy
-from pipeline.life_state import apply, code_reason, initial_state
+from pipeline.life_state import code_reason, initial_state
+from pipeline.s2_timeline.calendar import region_of
+from pipeline.s2_timeline.coherence import (
+    routine_fits,
+    scale_of,
+)
 from pipeline.s2_timeline.events import catalog_facets, event_index
+from pipeline.s2_timeline.life_clock import GOLDEN, UPDATE_LAG, LifeClock, _minutes_into
 from pipeline.s2_timeline.periods import PeriodWindow, history_start, period_windows
 from pipeline.words import with_item
 from schemas.catalog import Effect, InventoryItem, LifeEventSpec, Taxonomy
@@ -28,10 +34,16 @@ TURNERS_FULL = 3  # ... when at least this many events name it; fewer, proportio
 
 
 def simulate_timeline(
-    persona: Persona, inventory: dict[str, list[InventoryItem]], *, config: RunConfig, rng: random.Random
+    persona: Persona, inventory: dict[str, list[InventoryItem]], *, config: RunConfig, rng: random.Random,
+    index: int | None = None,
 ) -> Timeline:
-    """Initial preferences, background life, then per later period life events that change preferences."""
+    """Initial preferences, background life, then per later period life events that change preferences.
+
+    ``index`` (the persona's position in the run) spreads the personas' major events evenly over each long period
+    (a golden-ratio sequence of phases), so no month of a run holds many more of them than its share; without it
+    each persona's phase is random."""
     sim = _Simulation(persona, inventory, config, rng, load_taxonomy())
+    sim.phase = (index * GOLDEN) % 1.0 if index is not None else rng.random()
     windows = period_windows(config)
     sim.initial_preferences(history_start(config))
     sim.background(windows[0])
@@ -48,13 +60,7 @@ def _stance(effect: Effect) -> str:
     return "like" if effect.direction == "+" else "dislike"
 
 
-def _minutes_into(window: PeriodWindow, lo: float, hi: float, rng: random.Random) -> datetime:
-    """A minute-aligned time at a random fraction in [lo, hi) of the window's event span."""
-    span = int((window.events_end - window.events_start).total_seconds() // 60)
-    return window.events_start + timedelta(minutes=int(span * rng.uniform(lo, hi)))
-
-
-class _Simulation:
+class _Simulation(LifeClock):
     """Mutable builder state for one persona's timeline; frozen into a validated Timeline at the end."""
 
     def __init__(self, persona: Persona, inventory, config: RunConfig, rng: random.Random, taxonomy: Taxonomy):
@@ -76,6 +82,10 @@ class _Simulation:
         self.inventory = {t: [i for i in items if self.fits(t, i.name)] for t, items in inventory.items()}
         self.facet_words = catalog.facets
         self.index = event_index(taxonomy, config.topics, catalog_facets(catalog))
+        self.region = region_of(persona.location, taxonomy)
+        self.last_life: datetime | None = None  # the latest life event's time: the next one comes after it
+        self.last_major: datetime | None = None
+        self.placed: dict[str, datetime] = {}  # event summary -> the time it would take in the slot being filled
 
     # -- initial state ---------------------------------------------------------------------------
     def initial_preferences(self, start: datetime) -> None:
@@ -162,20 +172,6 @@ class _Simulation:
         return [(c, spec) for c, spec in self.index.allowed(self.state, self.persona.attributes.age)
                 if spec.summary not in self.used_summaries]
 
-    def _life_event(self, window: PeriodWindow, category: str, spec: LifeEventSpec, time: datetime) -> Event:
-        self.used_summaries.add(spec.summary)
-        apply(spec, self.state)
-        event = self._event(window, time, "life_event", spec.summary, category=category)
-        earlier = [
-            e
-            for e in self.events
-            if e.kind == "life_event" and e.time < time and category in self.tax.follow_ups.get(e.category or "", [])
-        ]
-        if earlier and self.rng.random() < self.s.followup_probability:
-            parent = self.rng.choice(earlier)
-            self.edges.append(EventEdge(parent_event_id=parent.event_id, child_event_id=event.event_id, relation="causes"))
-        return event
-
     def _reach(self, spec: LifeEventSpec) -> int:
         """How many of the run's topics the event turns items of."""
         return self.index.reach[spec.summary]
@@ -184,42 +180,6 @@ class _Simulation:
         """A seeded random order in which heavier candidates tend to come first (Efraimidis-Spirakis keys)."""
         keyed = [(self.rng.random() ** (1.0 / weight(spec)), i) for i, (_, spec) in enumerate(candidates)]
         return [candidates[i] for _, i in sorted(keyed, reverse=True)]
-
-    def background(self, window: PeriodWindow) -> None:
-        """Life before the first conversations: events that change no preference, those that touch few of
-        the run's topics first (the others are drawn later, as causes of changes)."""
-        times = sorted(_minutes_into(window, 0.0, 1.0, self.rng) for _ in range(self.s.background_events))
-        for time in times:
-            eligible = self._eligible()
-            if not eligible:
-                return
-            category, spec = self._weighted_order(eligible, lambda spec: spec.weight / (1 + self._reach(spec)))[0]
-            self._life_event(window, category, spec, time)
-
-    def period(self, window: PeriodWindow) -> None:
-        """Topics picked to change; each gets a life event whose effects name it and find an item.
-
-        Events are drawn in time order, so each one's preconditions hold on the state its predecessors left."""
-        changed: set[str] = set()
-        targets = [t for t in self.config.topics if self.rng.random() < self.s.topic_update_probability]
-        self.rng.shuffle(targets)
-        times = sorted(_minutes_into(window, 0.0, 0.6, self.rng) for _ in targets)
-        done: set[str] = set()
-        for first in targets:
-            if first in done:
-                continue
-            found = self._cause_for(first, changed)
-            if found is None:
-                continue
-            category, spec, plan = found
-            changes = [plan]
-            if self.s.max_topics_per_event > 1 and self.rng.random() < self.s.cross_topic_fraction:
-                self._other_topics(first, spec, changes, changed, targets, done)
-            life = self._life_event(window, category, spec, times.pop(0))
-            for change in changes:
-                done.add(change[0].topic)
-                self._update(window, life, spec, change, changed)
-        self._routines(window)
 
     def _other_topics(self, first: str, spec: LifeEventSpec, changes: list, changed: set[str], targets: list[str],
                       done: set[str]) -> None:
@@ -242,7 +202,7 @@ class _Simulation:
                 if pending:
                     done.add(pending[-1])
 
-    def _cause_for(self, topic: str, changed: set[str]):
+    def _cause_for(self, topic: str, changed: set[str], slot: tuple):
         """(category, event, change) for a life event that can change ``topic`` now, or None.
 
         Events are tried in a weighted random order, a few at a time: among those few, a change that turns
@@ -252,12 +212,14 @@ class _Simulation:
         # an event of weight w < 1 is open to this persona with chance w, decided once: one that alone can turn
         # a popular item would otherwise be drawn whenever that item is held, whatever its weight
         candidates = [(c, spec) for c, spec in self._eligible() if topic in self.index.topics[spec.summary]
-                      and self._open(spec)]
+                      and self._open(spec) and self._timed(spec, *slot) is not None]
         # an event naming several items of this topic finds a held one more often: weigh it down a little;
         # one that turns items of several of the run's topics comes first more often, so that a fair share of
         # life events change more than one topic (each of those links is written down like any other)
         candidates = self._weighted_order(candidates, lambda spec: spec.weight * self._reach(spec) ** CROSS_TOPIC_PULL
                                           / len(self.index.named[(spec.summary, topic)]) ** 0.5)
+        if not slot[3]:  # the period's major slot: a major event first, where one can change the topic
+            candidates.sort(key=lambda c: scale_of(c[1]) != "major")
         modes = ["fresh", "held"]
         if self.rng.random() >= self.s.new_item_fraction:
             modes = ["long", "held", "fresh"] if self.rng.random() < self.s.continue_chain_probability else ["held", "fresh"]
@@ -325,7 +287,7 @@ class _Simulation:
                 and len(c) < self.s.max_versions and (mode != "long" or len(c) >= 2)]
         # a persona turns views from like and from dislike about equally often (else a changed chain's first
         # stance would tell its direction): a stance already turned from TURN_LEAD more times than the other waits
-        held = [c for c in held if self._lead(c[-1].stance) < TURN_LEAD]
+        held = [c for c in held if self._lead(c[-1].stance) < TURN_LEAD and not self._too_soon(c, spec)]
         if not held:
             return None
         chain = self.rng.choice(held)
@@ -335,7 +297,7 @@ class _Simulation:
     def _update(self, window: PeriodWindow, life: Event, spec: LifeEventSpec, change, changed: set[str]) -> None:
         effect, pid, item, stance = change
         topic = effect.topic
-        when = life.time + timedelta(minutes=30) + (_minutes_into(window, 0.0, 0.2, self.rng) - window.events_start)
+        when = life.time + timedelta(minutes=30) + (_minutes_into(window, 0.0, UPDATE_LAG, self.rng) - window.events_start)
         verb = "started to like" if stance == "like" else "went off"
         update = self._event(window, when, "preference_update", f"{verb} {item}", topic=topic, category=life.category,
                              cause_event_id=life.event_id, facet=effect.facet, direction=effect.direction)
@@ -365,7 +327,8 @@ class _Simulation:
             if not held:
                 continue
             version = self.rng.choice(held)
-            summary = with_item(self.rng.choice(self.tax.routine_summaries[version.stance]), version.item)
+            templates = [t for t in self.tax.routine_summaries[version.stance] if routine_fits(t, self.state)]
+            summary = with_item(self.rng.choice(templates), version.item)
             self._event(window, time, "routine", summary, topic=topic, pref_refs=[version.key])
 
     def timeline(self) -> Timeline:

@@ -1,0 +1,171 @@
+"""Whether a whole life holds together: the scale of each life event, the time between major ones, the
+calendar and the place (calendar.py), a life state the profile shows unchanged until the first conversation,
+work and household in the routines, and tastes that do not turn back within days.
+
+The rate of major events. Holmes and Rahe's Social Readjustment Rating Scale (J. Psychosom. Res. 11, 1967)
+ranks 43 life events by the readjustment they demand; the ones this taxonomy calls *major* are those of its upper
+half (death of a family member, divorce or separation, personal injury or illness, marriage, dismissal,
+retirement, pregnancy, a new family member, a change of line of work, a move), which population surveys find
+most adults live a few of in a year, not several in a month (Goldberg and Comstock, "Epidemiology of life events:
+frequency in general populations", Am. J. Epidemiol. 111, 1980: 2,780 adults, one year of events). We chose: at
+most one major event in any 30 days (``MAJOR_GAP_DAYS``), none in a period shorter than ``SHORT_PERIOD_DAYS``
+(PersonaMem's week and month are carried by minor experiences), so a persona lives at most about one a month and
+in practice one to three a year. Minor events (a meal, a weekend, a class, a show) come as often as the periods ask.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from pipeline.life_state import initial_state, unmet
+from pipeline.s2_timeline.calendar import fits, region_of
+from schemas.catalog import LifeEventSpec, Taxonomy
+from schemas.persona import Persona
+from schemas.timeline import Event, Timeline
+
+MAJOR_GAP_DAYS = 30  # no two major life events of one persona closer than this
+SHORT_PERIOD_DAYS = 60  # a period whose events span less than this holds minor events only
+FOLLOW_UP_DAYS = 365  # a life event follows from a major one at most this long before it
+TURN_BACK_DAYS = 90  # a changed preference does not turn back sooner, unless a major event turns a minor one's change
+MAJOR = re.compile(
+    r"\b(diagnos\w*|surgery|heart attack|stroke|cancer|funeral|widowed|death of|lost a (parent|father|mother|"
+    r"partner|spouse|husband|wife|child|baby|sibling|brother|sister|best friend|job|first grandchild)|"
+    r"(father|mother|parent|partner|spouse|husband|wife|sibling|brother|sister|grandmother|grandfather) died|"
+    r"divorc\w*|separated|married|wedding|engaged|engagement|broke up|break-up|split up|moved|emigrated|relocated|"
+    r"pregnan\w*|newborn|had a baby|became a (parent|grandparent|foster carer|personal trainer|volunteer driver)|"
+    r"adopted a child|gave birth|new job|first job|first full-time job|promoted|laid off|made redundant|fired|"
+    r"retired (after|early|at)|early retirement|graduated|bought (a|their first) (house|home|flat)|evicted|"
+    r"bankrupt\w*|in hospital|airlifted|attacked|burgled|robbed|arrested|injur\w*|tore|broke a|broke their|"
+    r"switched careers|quit a stable job|spent a year|citizen|lost (their|a) (home|house|savings))\b", re.IGNORECASE)
+# what MAJOR's words name without being a change of one's own life: another's wedding, an anniversary, a scare
+NOT_MAJOR = re.compile(r"\b(friend's (\w+ )*wedding|anniversary|wedding vows|moved friendship|met a couple|streak|before a "
+                       r"stressful surgery|payout|cancer scare|cancer-gene|pregnancy scare|avoided major surgery)\b")
+# an experience that takes months (or a season, a year, a recovery) is not lived inside a week or a month
+LASTING = re.compile(r"\b(months|a year|years of|recovered|spent a (summer|winter|year|semester)|all (winter|summer|year)|"
+                     r"a semester|a long (spell|bout|recovery)|weeks of)\b")
+WORK_ROUTINE = re.compile(r"\b(coworker|colleague|at work)\b")
+
+
+def scale_of(spec: LifeEventSpec) -> str:
+    """The taxonomy's scale of an event, else "major" when it changes the life state or its summary names a
+    change of life (MAJOR), else "minor"."""
+    if spec.scale is not None:
+        return spec.scale
+    named = MAJOR.search(spec.summary) and not NOT_MAJOR.search(spec.summary)
+    return "major" if spec.sets or named else "minor"
+
+
+def fits_short_period(spec: LifeEventSpec) -> bool:
+    """Whether an event may happen in a short period: a minor one that does not take months."""
+    return scale_of(spec) == "minor" and not LASTING.search(spec.summary)
+
+
+def changes_state(spec: LifeEventSpec, state: dict[str, str]) -> bool:
+    """Whether the event would change a dimension of ``state`` (and so the profile written before it)."""
+    return any(state.get(dim) != value for dim, value in spec.sets.items())
+
+
+def routine_fits(template: str, state: dict[str, str]) -> bool:
+    """A routine naming a coworker happens only to someone at work."""
+    return not WORK_ROUTINE.search(template) or state.get("work") == "working"
+
+
+def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, first_period: str,
+                   short_periods: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """(rule, message) for every way ``timeline`` fails to hold together as one life (``short_periods``: the
+    periods whose events span under SHORT_PERIOD_DAYS, where only minor events that take no months happen)."""
+    specs = taxonomy.event_specs()
+    region = region_of(persona.location, taxonomy)
+    state = initial_state(persona.attributes)
+    found: list[tuple[str, str]] = []
+    majors: list[Event] = []
+    by_id = {e.event_id: e for e in timeline.events}
+    for e in sorted(timeline.events, key=lambda e: (e.time, e.event_id)):
+        if e.kind == "routine":
+            template = _routine_template(e.summary, taxonomy)
+            if template is not None and not routine_fits(template, state):
+                found.append(("work", f"{e.time:%Y-%m-%d} {e.summary!r}: a coworker while work is {state.get('work')}"))
+            continue
+        if e.kind != "life_event" or e.summary not in specs:
+            continue
+        spec = specs[e.summary][1]
+        scale = scale_of(spec)
+        if e.scale is not None and e.scale != scale:
+            found.append(("scale", f"{e.summary!r}: scale {e.scale}, the taxonomy's is {scale}"))
+        if (why := fits(e.summary, e.time, region)) is not None:
+            found.append(("calendar", f"{e.time:%Y-%m-%d} {e.summary!r}: {why}"))
+        if e.period in short_periods and not fits_short_period(spec):
+            found.append(("short", f"{e.time:%Y-%m-%d} {e.summary!r}: a {scale} event, or one that takes months, in "
+                                   f"the short period {e.period}"))
+        if e.period == first_period and changes_state(spec, state):
+            found.append(("profile", f"{e.time:%Y-%m-%d} {e.summary!r}: changes the life state "
+                                     f"({', '.join(f'{k} {state.get(k)} -> {v}' for k, v in spec.sets.items())}) "
+                                     "before the profile the first conversation shows"))
+        if (why := unmet(spec, state, persona.attributes.age)) is not None:
+            found.append(("state", f"{e.time:%Y-%m-%d} {e.summary!r}: {why}"))
+        if scale == "major":
+            if majors and e.time - majors[-1].time < timedelta(days=MAJOR_GAP_DAYS):
+                found.append(("crowded", f"{e.time:%Y-%m-%d} {e.summary!r}: {(e.time - majors[-1].time).days} days "
+                                         f"after {majors[-1].summary!r}, both major"))
+            majors.append(e)
+        state.update(spec.sets)
+    for edge in timeline.edges:
+        parent, child = by_id.get(edge.parent_event_id), by_id.get(edge.child_event_id)
+        if edge.relation == "causes" and parent and child and parent.kind == child.kind == "life_event" \
+                and (parent.scale == "minor" or child.time - parent.time > timedelta(days=FOLLOW_UP_DAYS)):
+            found.append(("follow_up", f"{parent.summary!r} -> {child.summary!r}: a minor event, or over a year before, "
+                                       "causes a later life event"))
+    for chain in timeline.chains().values():
+        for a, b, c in zip(chain, chain[1:], chain[2:], strict=False):
+            if c.stance == a.stance and c.valid_from - b.valid_from < timedelta(days=TURN_BACK_DAYS) \
+                    and not _stronger(by_id, specs, c.caused_by_event_id, b.caused_by_event_id):
+                found.append(("turn_back", f"{c.item}: {a.stance} -> {b.stance} on {b.valid_from:%Y-%m-%d} -> "
+                                           f"{c.stance} again on {c.valid_from:%Y-%m-%d}"))
+    return found
+
+
+def _stronger(by_id: dict[str, Event], specs: dict, new: str | None, old: str | None) -> bool:
+    """Whether the life event behind update ``new`` is major and the one behind update ``old`` is not."""
+    def scale(update_id: str | None) -> str | None:
+        update = by_id.get(update_id or "")
+        cause = by_id.get(update.cause_event_id or "") if update else None
+        return scale_of(specs[cause.summary][1]) if cause and cause.summary in specs else None
+
+    return scale(new) == "major" and scale(old) == "minor"
+
+
+def _routine_template(summary: str, taxonomy: Taxonomy) -> str | None:
+    for templates in taxonomy.routine_summaries.values():
+        for template in templates:
+            head = template.split("{item}")[0]
+            if head and summary.startswith(head):
+                return template
+    return None
+
+
+def majors_within(times: list[datetime], days: int = MAJOR_GAP_DAYS) -> int:
+    """The most of ``times`` inside any ``days``-long span."""
+    times = sorted(times)
+    return max((sum(1 for b in times[i:] if b - a < timedelta(days=days)) for i, a in enumerate(times)), default=0)
+
+
+def busiest_span(times: list[datetime], days: int = 30) -> tuple[int, float]:
+    """(the most of ``times`` in any ``days``-long span, the mean per ``days`` over their whole range)."""
+    if not times:
+        return 0, 0.0
+    times = sorted(times)
+    span = max((times[-1] - times[0]).days, days)
+    by_start = defaultdict(int)
+    for a in times:
+        by_start[a] = sum(1 for b in times if a <= b < a + timedelta(days=days))
+    return max(by_start.values()), len(times) * days / span
+
+
+def short_periods(config) -> frozenset[str]:
+    """The periods of ``config`` whose life events span under SHORT_PERIOD_DAYS."""
+    from pipeline.s2_timeline.periods import period_windows
+
+    return frozenset(w.name for w in period_windows(config)
+                     if w.events_end - w.events_start < timedelta(days=SHORT_PERIOD_DAYS))
