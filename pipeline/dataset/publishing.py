@@ -26,9 +26,9 @@ from pipeline.dataset.store import (
     write_table,
 )
 from pipeline.dataset.validate import validate_tables
-from pipeline.s2_timeline.coherence import short_periods
 from pipeline.dataset.versioning import _locked, _next_version, _pin, _point_latest, prune
 from pipeline.errors import first_validation_error
+from pipeline.s2_timeline.coherence import short_periods
 from schemas.config import RunConfig
 from schemas.ids import digest
 from schemas.manifest import Manifest, PublishInfo, ValidationReport

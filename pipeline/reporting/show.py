@@ -9,10 +9,10 @@ from rich.markup import escape
 from rich.tree import Tree
 
 from pipeline.catalog import load_catalog, load_taxonomy
-from pipeline.life_state import initial_state
-from pipeline.s2_timeline.calendar import region_of
 from pipeline.dataset import read_table
 from pipeline.errors import UserError
+from pipeline.life_state import initial_state
+from pipeline.s2_timeline.calendar import region_of
 from schemas.persona import Persona
 from schemas.timeline import Event, Timeline
 
