@@ -28,7 +28,25 @@ def load_taxonomy(path: Path = DATA_DIR / "taxonomy.yaml") -> Taxonomy:
     if taxonomy.life_state:
         check_life_events(taxonomy, path, load_catalog())
         check_item_genders(taxonomy, load_catalog(), DATA_DIR / "catalog.yaml")
+        check_item_needs(taxonomy, load_catalog(), DATA_DIR / "catalog.yaml")
     return taxonomy
+
+
+WINTERS = ("cold", "cool", "warm")
+
+
+def check_item_needs(taxonomy: Taxonomy, catalog: Catalog, path: Path) -> None:
+    """An item's ``needs`` name life-state dimensions (or ``winter``) and values the taxonomy knows."""
+    known = {**taxonomy.life_state, "winter": list(WINTERS)}
+    for (topic, name), needs in catalog.item_needs().items():
+        for dim, values in needs.items():
+            if dim not in known:
+                raise DataFileError(f"{_line(path, f'name: {name}')}: item {name!r} of {topic}: needs an unknown "
+                                    f"life-state dimension {dim!r} (known: {', '.join(known)})")
+            for value in values:
+                if value not in known[dim]:
+                    raise DataFileError(f"{_line(path, f'name: {name}')}: item {name!r} of {topic}: {dim} has no "
+                                        f"value {value!r} (known: {', '.join(known[dim])})")
 
 
 def check_item_genders(taxonomy: Taxonomy, catalog: Catalog, path: Path) -> None:
@@ -183,6 +201,18 @@ def item_fit(catalog: Catalog, attributes: SeedAttributes) -> Callable[[str, str
     def fits(topic: str, name: str) -> bool:
         allowed = genders.get((topic, name))
         return fits_age(ages.get((topic, name)), age) and (allowed is None or gender in allowed)
+
+    return fits
+
+
+def holds_fit(catalog: Catalog, state: dict[str, str], winter: str) -> Callable[[str, str], bool]:
+    """``(topic, name) -> bool``: whether a person in this life state, in a city with this winter, may hold the
+    item as a taste from the start (its ``needs``: childproofed living rooms only with young children)."""
+    needs = catalog.item_needs()
+
+    def fits(topic: str, name: str) -> bool:
+        return all((winter if dim == "winter" else state.get(dim)) in values
+                   for dim, values in needs.get((topic, name), {}).items())
 
     return fits
 

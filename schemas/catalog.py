@@ -31,6 +31,10 @@ class CatalogItem(InventoryItem):
     gender: list[str] | None = Field(
         default=None, description="the gender identities that may hold this item (mammogram reminders); none: any")
 
+    needs: dict[str, list[str]] = Field(
+        default_factory=dict, description="a life-state dimension (or `winter`, the home city's) -> the values a "
+                                          "person must have to hold this item as a taste (children: [young]); none: any")
+
     @field_validator("age")
     @classmethod
     def _age_range(cls, age: tuple[int, int] | None) -> tuple[int, int] | None:
@@ -76,6 +80,10 @@ class Catalog(Strict):
     def item_genders(self) -> dict[tuple[str, str], set[str]]:
         """(topic, item name) -> the gender identities that may hold it, for the items that name them."""
         return {(t, i.name): set(i.gender) for t, cat in self.topics.items() for i in cat.items if i.gender}
+
+    def item_needs(self) -> dict[tuple[str, str], dict[str, list[str]]]:
+        """(topic, item name) -> what a holder's life state (or city's winter) must be, for the items that say."""
+        return {(t, i.name): dict(i.needs) for t, cat in self.topics.items() for i in cat.items if i.needs}
 
     def item_facets(self) -> dict[tuple[str, str], list[str]]:
         """(topic, item name) -> the item's facets."""

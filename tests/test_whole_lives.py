@@ -50,18 +50,33 @@ def test_the_calendar_and_the_city_place_an_event():
     assert when(eve).day == (12, 24) and fits(eve, datetime(2024, 12, 24, 18), lagos) is None
     assert "names a day" in fits(eve, datetime(2025, 1, 27, 18), lagos)
     ice = "broke a wrist slipping on ice"
-    assert "needs a cold winter at home" in fits(ice, datetime(2025, 1, 20), lagos)
-    assert fits(ice, datetime(2025, 1, 20), stockholm) is None and "names winter" in fits(ice, datetime(2025, 7, 1), stockholm)
+    assert "needs a cold winter at home" in fits(ice, datetime(2025, 1, 20, 12), lagos)
+    assert fits(ice, datetime(2025, 1, 20, 12), stockholm) is None and "names winter" in fits(ice, datetime(2025, 7, 1, 12), stockholm)
     dark = "found their bare white home cold and sterile through a long dark winter"
-    assert fits(dark, datetime(2025, 1, 20), region_of("Dubai, United Arab Emirates", TAXONOMY)) is not None
-    summer = "had a neighbour blast reggaeton from a balcony every night one summer"
-    assert fits(summer, datetime(2025, 1, 15), sydney) is None and fits(summer, datetime(2025, 7, 15), sydney) is not None
+    assert fits(dark, datetime(2025, 1, 20, 12), region_of("Dubai, United Arab Emirates", TAXONOMY)) is not None
+    summer = "had a neighbour blast reggaeton from a balcony every night one summer"  # dated as the summer ends
+    assert fits(summer, datetime(2025, 2, 15, 19), sydney) is None and fits(summer, datetime(2025, 8, 15, 19), sydney) is not None
     trip = "spent a dark Norwegian winter skiing everywhere and watching local crime dramas"
     assert when(trip).away and when(trip).north  # away: any city; a northern winter, wherever home is
-    assert fits(trip, datetime(2025, 1, 10), sydney) is None and fits(trip, datetime(2025, 7, 10), sydney) is not None
-    assert fits("broke a wrist hanging festive lights", datetime(2025, 6, 11), stockholm) is not None
+    assert fits(trip, datetime(2025, 1, 10, 12), sydney) is None and fits(trip, datetime(2025, 7, 10, 12), sydney) is not None
+    assert fits("broke a wrist hanging festive lights", datetime(2025, 6, 11, 12), stockholm) is not None
+    sunday = "heard a pastor rail against streaming services in a Sunday sermon"
+    assert "falls on a Wednesday" in fits(sunday, datetime(2025, 1, 8, 11), lagos)
+    assert fits(sunday, datetime(2025, 1, 12, 11), lagos) is None
+    evening = "enrolled in an evening language course"
+    assert "outside 18:00-23:00" in fits(evening, datetime(2025, 3, 3, 5, 8), lagos)
+    assert "outside 09:00-21:00" in fits("adopted two rescue dogs", datetime(2025, 3, 3, 3, 0), lagos)
+    season = "spent a bitter northern winter thawing out in a heated yoga studio each evening"
+    assert "before its last month" in fits(season, datetime(2025, 1, 20, 19), stockholm)
+    assert fits(season, datetime(2025, 2, 20, 19), stockholm) is None
+    assert when("spent a year in rural Senegal").stay_days == 365
+    assert when("spent a snowed-in winter in a Canadian log cabin, skiing cross-country through forests").stay_days == 60
+    assert "names Seoul as somewhere else" in fits("moved to Seoul for work, ate kimchi daily and joined pop idol fan clubs",
+                                                   datetime(2025, 3, 3, 12), region_of("Seoul, South Korea", TAXONOMY))
+    assert "citizenship of United Kingdom" in fits("became a British citizen after a long wait",
+                                                    datetime(2025, 3, 3, 12), lagos)
     unknown = region_of("a village somewhere", TAXONOMY)
-    assert unknown == Region(value="unknown", winter="warm") and fits(ice, datetime(2025, 1, 20), unknown) is not None
+    assert unknown == Region(value="unknown", winter="warm") and fits(ice, datetime(2025, 1, 20, 12), unknown) is not None
 
 
 @pytest.fixture(scope="module", params=[7, 11])
@@ -155,6 +170,26 @@ def test_the_checker_finds_each_planted_violation(planned):
     p, t, routine = _life(plan, config, idle)
     coworker = routine.model_copy(update={"summary": "asked a coworker to leave me out of chess clubs, since I dislike it"})
     assert "work" in rules(p, t.model_copy(update={"events": [coworker if e is routine else e for e in t.events]}))
+
+    def childless(t):
+        person = next(x for x in plan.personas if x.persona_id == t.persona_id)
+        if initial_state(person.attributes)["children"] != "none":
+            return None
+        return next((v for v in t.preferences if v.version == 1 and v.caused_by_event_id is None), None)
+
+    p, t, held = _life(plan, config, childless)
+    rooms = held.model_copy(update={"topic": "homeDecoration", "item": "childproofed living rooms"})
+    assert "holds" in rules(p, t.model_copy(update={"preferences": [rooms if v is held else v for v in t.preferences]}))
+
+    def two_lives(t):
+        lives = [e for e in t.events if e.kind == "life_event" and e.period == config.periods[-1].name]
+        return lives[:2] if len(lives) >= 2 and (lives[1].time - lives[0].time).days < 300 else None
+
+    p, t, (before, after) = _life(plan, config, two_lives)
+    trip = "travelled ten weeks round the world with one cabin bag and an e-ink reader"  # away 70 days before
+    away = after.model_copy(update={"summary": trip, "scale": None,
+                                    "time": before.time.replace(hour=12) + timedelta(days=20)})
+    assert "away" in rules(p, t.model_copy(update={"events": [away if e is after else e for e in t.events]}))
 
     def changed(t):
         return next((c for c in t.chains().values() if len(c) == 2), None)

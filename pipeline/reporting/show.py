@@ -82,7 +82,7 @@ def timeline_tree(persona: Persona, timeline: Timeline) -> Tree:
         sets = specs[e.summary][1].sets if e.summary in specs else {}
         moved = {k: v for k, v in sets.items() if state.get(k) != v}
         if moved:
-            node.add("[dim]life state: " + escape(", ".join(f"{k} {state.get(k)} → {v}" for k, v in moved.items())) + "[/]")
+            node.add("[dim]life state: " + escape(", ".join(f"{k} {state.get(k)} -> {v}" for k, v in moved.items())) + "[/]")
             state.update(moved)
         for pid in parents.get(e.event_id, []):
             node.add(f"[dim]caused by {_when(by_id[pid])}: {escape(by_id[pid].summary)}[/]")

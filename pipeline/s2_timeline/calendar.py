@@ -26,9 +26,23 @@ COLD = re.compile(r"\b(snow|snowed|snowed-in|snowstorm|snowy|icy|ice|bitter|dark
 SEASON = {"summer": re.compile(r"\bsummer\b"), "autumn": re.compile(r"\bautumn\b"),
           "festive": re.compile(r"\b(festive|Christmas)\b")}  # December, in either hemisphere
 AWAY = re.compile(r"\b(trip|holiday|abroad|chalet|cabin|house-sat|skiing|ski trail|backpacking|cruise|peak)\b"
-                  r"|\b[A-Z][a-z]+\b(?!-style)")
+                  r"|\b(?!(Sunday|Saturday|Christmas|Easter|New|Year|Valentine|Halloween|Olympian|British|DBT|CBT|ADHD)\b)"
+                  r"[A-Z][a-z]+\b(?!-style)")
 NORTHERN = re.compile(r"\b(Lapland|Norwegian|Nordic skiing|Canadian|Donegal|Alpine|Alps|Himalayan|Paris|Florence|"
                       r"Tuscan|Spain|Italian|Kyoto|Scottish|Iceland)\b")
+WEEKEND = re.compile(r"\b(weekend|Saturday|Sunday|sermon)\b")
+SUNDAY = re.compile(r"\b(Sunday|sermon)\b")
+EVENING = re.compile(r"\b(evenings?|night|nights|nightly|dinner|pub|bar|gig|concert|rave|nightclub|after-work)\b")
+MORNING = re.compile(r"\b(mornings?|sunrise|breakfast|dawn)\b")
+DAYTIME, EVENING_HOURS, MORNING_HOURS = (9, 21), (18, 23), (6, 10)  # [from, to) hours of a life event
+# a stay that lasts a season (it is dated at the season's end, so the whole season lies before it)
+SEASON_LONG = re.compile(r"\b(spent a (winter|summer)|for a summer|all (winter|summer)|one summer|through (a |the )?"
+                         r"(long )?(dark )?winter|during a long winter|a (long|dark|bitter) (northern )?winter|"
+                         r"snowed-in winter)\b")
+STAY_DAYS = ((re.compile(r"\b(spent a year|a year (in|abroad|on|of|travelling))\b"), 365),
+             (re.compile(r"\bten weeks\b"), 70), (SEASON_LONG, 60), (re.compile(r"\b(a month|for weeks)\b"), 30),
+             (re.compile(r"\b(fortnight|two weeks)\b"), 14),
+             (re.compile(r"\b(a week|week-long|weeklong|ten-day|ten days|a semester)\b"), 7))
 DEFAULT_REGION = Region(value="unknown", winter="warm")  # a free-text seed's city: no winter assumed
 ELSEWHERE = re.compile(r"\b(moved to|work visa|travel|trip|holiday|abroad|backpacking|flew)\b")
 COUNTRY = ((re.compile(r"\bBritish citizen"), "United Kingdom"),)  # a citizenship is taken where one lives
@@ -44,10 +58,15 @@ class When:
     away: bool = False
     north: bool = False  # the season is the northern hemisphere's (a named northern destination)
     winters: frozenset[str] | None = None  # the home city's winter must be one of these (None: any)
+    season_end: bool = False  # it lasts the season: dated in the season's last month
+    weekdays: frozenset[int] | None = None  # datetime.weekday() values it may fall on (None: any)
+    hours: tuple[int, int] = DAYTIME
+    stay_days: int = 0  # away for this long before its date: no other life event then
 
     @property
     def fixed(self) -> bool:
-        return self.day is not None or self.easter or self.season is not None or self.winters is not None
+        """Whether the day matters (a named day or a season); a weekday alone is found near the slot."""
+        return self.day is not None or self.easter or self.season is not None
 
 
 @cache
@@ -59,8 +78,13 @@ def when(summary: str) -> When:
     winters = None
     if season == "winter" and not away:
         winters = frozenset({"cold"}) if COLD.search(summary) else frozenset({"cold", "cool"})
+    weekdays = frozenset({6}) if SUNDAY.search(summary) else frozenset({5, 6}) if WEEKEND.search(summary) else None
+    hours = EVENING_HOURS if EVENING.search(summary) else MORNING_HOURS if MORNING.search(summary) else DAYTIME
+    stay = next((d for pattern, d in STAY_DAYS if pattern.search(summary)), 0) if away else 0
     return When(day=day, easter=bool(EASTER.search(summary)), season=season, away=away,
-                north=bool(NORTHERN.search(summary)), winters=winters)
+                north=bool(NORTHERN.search(summary)), winters=winters,
+                season_end=season is not None and bool(SEASON_LONG.search(summary)), weekdays=weekdays, hours=hours,
+                stay_days=stay)
 
 
 def region_of(location: str | None, taxonomy: Taxonomy) -> Region:
@@ -108,24 +132,36 @@ def fits(summary: str, time: datetime, region: Region) -> str | None:
         return f"names Easter but is dated {time:%Y-%m-%d}"
     if w.season is not None:
         hemisphere = "N" if w.north else region.hemisphere
-        if time.month not in season_months(w.season, hemisphere):
+        months = season_months(w.season, hemisphere)
+        if time.month not in months:
             return f"names {w.season} but is dated {time:%Y-%m-%d} ({'northern' if hemisphere == 'N' else 'southern'} hemisphere)"
+        if w.season_end and time.month != months[-1]:
+            return f"lasts the {w.season} but is dated {time:%Y-%m-%d}, before its last month"
+    if w.weekdays is not None and time.weekday() not in w.weekdays:
+        return f"names {'a Sunday' if w.weekdays == {6} else 'a weekend'} but falls on a {time:%A}"
+    if not w.hours[0] <= time.hour < w.hours[1]:
+        return f"happens at {time:%H:%M}, outside {w.hours[0]:02d}:00-{w.hours[1]:02d}:00"
     return None
 
 
 def place(summary: str, region: Region, lo: datetime, hi: datetime, default: datetime,
           rng: random.Random) -> datetime | None:
-    """A time in (lo, hi) at which ``summary`` fits ``region`` (``default`` when the summary fixes nothing), or
-    None when there is none."""
+    """A time in (lo, hi) at which ``summary`` fits ``region``, or None when there is none: for a summary that fixes
+    no day, on ``default``'s day or the nearest day that fits (its weekday, its hours), else on a day drawn among
+    those that fit (its named day, its season, the season's end)."""
     w = when(summary)
     if place_problem(summary, region) is not None:
         return None
-    if not w.fixed:
-        return default
-    days = []
-    day = lo.replace(hour=18, minute=0, second=0, microsecond=0)
-    while day < hi:
-        if day > lo and fits(summary, day, region) is None:
-            days.append(day)
-        day += timedelta(days=1)
-    return rng.choice(days) if days else None
+    if w.fixed:
+        days = [lo.date() + timedelta(days=k) for k in range((hi.date() - lo.date()).days + 1)]
+        rng.shuffle(days)
+    else:
+        days = [default.date() + timedelta(days=k) for k in (0, 1, -1, 2, -2, 3, -3, 4, -4)]
+    for day in days:
+        if w.weekdays is not None and day.weekday() not in w.weekdays:
+            continue
+        minute = rng.randrange(w.hours[0] * 60, w.hours[1] * 60)
+        at = datetime(day.year, day.month, day.day) + timedelta(minutes=minute)
+        if lo < at < hi and fits(summary, at, region) is None:
+            return at
+    return None

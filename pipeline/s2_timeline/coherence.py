@@ -19,8 +19,9 @@ import re
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from pipeline.life_state import initial_state, unmet
-from pipeline.s2_timeline.calendar import fits, region_of
+from pipeline.catalog import holds_fit, load_catalog
+from pipeline.life_state import _stem, initial_state, keywords, unmet
+from pipeline.s2_timeline.calendar import fits, region_of, when
 from schemas.catalog import LifeEventSpec, Taxonomy
 from schemas.persona import Persona
 from schemas.timeline import Event, Timeline
@@ -62,6 +63,21 @@ def fits_short_period(spec: LifeEventSpec) -> bool:
     return scale_of(spec) == "minor" and not LASTING.search(spec.summary)
 
 
+# words two unrelated events share all the time: what happened (lost, learned), not what it happened to
+COMMON = frozenset(_stem(w) for w in (
+    "lost learned spent started began found moved joined became took went bought sold tried turned fell watched read "
+    "heard felt left quit switched swapped signed told asked paid failed gave kept used tested finished "
+    "friend friends family home house life time work weeks months years local class course after every each city "
+    "new".split()))
+
+
+def related(cause: str, effect: str) -> bool:
+    """Whether two life events share what links them, a content word beyond what happened (by its first
+    letters): "moved to a flat by the sea" -> "joined a sea-swimming club", so a reader sees why one followed."""
+    words = ({_stem(w) for w in keywords(cause)} & {_stem(w) for w in keywords(effect)}) - COMMON
+    return bool(words)
+
+
 def changes_state(spec: LifeEventSpec, state: dict[str, str]) -> bool:
     """Whether the event would change a dimension of ``state`` (and so the profile written before it)."""
     return any(state.get(dim) != value for dim, value in spec.sets.items())
@@ -81,6 +97,7 @@ def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, fir
     state = initial_state(persona.attributes)
     found: list[tuple[str, str]] = []
     majors: list[Event] = []
+    lives: list[Event] = []
     by_id = {e.event_id: e for e in timeline.events}
     for e in sorted(timeline.events, key=lambda e: (e.time, e.event_id)):
         if e.kind == "routine":
@@ -105,18 +122,28 @@ def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, fir
                                      "before the profile the first conversation shows"))
         if (why := unmet(spec, state, persona.attributes.age)) is not None:
             found.append(("state", f"{e.time:%Y-%m-%d} {e.summary!r}: {why}"))
+        stay = when(e.summary).stay_days
+        if stay and lives and e.time - lives[-1].time < timedelta(days=stay):
+            found.append(("away", f"{e.time:%Y-%m-%d} {e.summary!r}: away {stay} days before it, yet "
+                                  f"{lives[-1].summary!r} happened {(e.time - lives[-1].time).days} days before"))
+        lives.append(e)
         if scale == "major":
             if majors and e.time - majors[-1].time < timedelta(days=MAJOR_GAP_DAYS):
                 found.append(("crowded", f"{e.time:%Y-%m-%d} {e.summary!r}: {(e.time - majors[-1].time).days} days "
                                          f"after {majors[-1].summary!r}, both major"))
             majors.append(e)
         state.update(spec.sets)
+    holds = holds_fit(load_catalog(), initial_state(persona.attributes), region.winter)
+    for v in timeline.preferences:
+        if v.version == 1 and v.caused_by_event_id is None and not holds(v.topic, v.item):
+            found.append(("holds", f"{v.item}: held from the start, but its holder's life or city does not fit it"))
     for edge in timeline.edges:
         parent, child = by_id.get(edge.parent_event_id), by_id.get(edge.child_event_id)
         if edge.relation == "causes" and parent and child and parent.kind == child.kind == "life_event" \
-                and (parent.scale == "minor" or child.time - parent.time > timedelta(days=FOLLOW_UP_DAYS)):
-            found.append(("follow_up", f"{parent.summary!r} -> {child.summary!r}: a minor event, or over a year before, "
-                                       "causes a later life event"))
+                and (parent.scale == "minor" or child.time - parent.time > timedelta(days=FOLLOW_UP_DAYS)
+                     or not related(parent.summary, child.summary)):
+            found.append(("follow_up", f"{parent.summary!r} -> {child.summary!r}: a minor event, one over a year "
+                                       "before, or one it shares nothing with causes a later life event"))
     for chain in timeline.chains().values():
         for a, b, c in zip(chain, chain[1:], chain[2:], strict=False):
             if c.stance == a.stance and c.valid_from - b.valid_from < timedelta(days=TURN_BACK_DAYS) \

@@ -11,7 +11,7 @@ import random
 from datetime import datetime, timedelta
 
 from pipeline.life_state import apply
-from pipeline.s2_timeline.calendar import place
+from pipeline.s2_timeline.calendar import place, when
 from pipeline.s2_timeline.coherence import (
     FOLLOW_UP_DAYS,
     MAJOR_GAP_DAYS,
@@ -19,6 +19,7 @@ from pipeline.s2_timeline.coherence import (
     TURN_BACK_DAYS,
     changes_state,
     fits_short_period,
+    related,
     scale_of,
 )
 from pipeline.s2_timeline.periods import PeriodWindow
@@ -53,13 +54,13 @@ class LifeClock:
         if scale == "major":
             self.last_major = time
         event = self._event(window, time, "life_event", spec.summary, category=category, scale=scale)
-        # only a change of life has consequences that follow it (a move, a diagnosis, a new job), within a year:
-        # a film watched or a meal eaten causes no later life event
+        # only a change of life has consequences that follow it (a move, a diagnosis, a new job), within a year, and
+        # only where the two share what links them (a word): a film watched or a meal eaten causes no later life event
         earlier = [
             e
             for e in self.events
             if e.kind == "life_event" and e.scale == "major" and time - timedelta(days=FOLLOW_UP_DAYS) < e.time < time
-            and category in self.tax.follow_ups.get(e.category or "", [])
+            and category in self.tax.follow_ups.get(e.category or "", []) and related(e.summary, spec.summary)
         ]
         if earlier and self.rng.random() < self.s.followup_probability:
             parent = self.rng.choice(earlier)
@@ -77,6 +78,9 @@ class LifeClock:
             return None
         at = place(spec.summary, self.region, lo, hi, slot, self.rng)
         if at is None or (major and self.last_major is not None and at - self.last_major < timedelta(days=MAJOR_GAP_DAYS)):
+            return None
+        stay = when(spec.summary).stay_days  # away that long before its date: nothing else happens meanwhile
+        if stay and self.last_life is not None and at - self.last_life < timedelta(days=stay):
             return None
         self.placed[spec.summary] = at
         return at
@@ -147,6 +151,9 @@ class LifeClock:
                     pending.remove(first)
                 if first != major_topic:
                     pending.insert(0, major_topic)
+                if found is None and self._life_only_major(window, slot):  # no change fits: a life event alone
+                    lo = self.last_life
+                    slot = (max(at, lo), lo, hi, True, short)
                 major_topic, slot = None, (*slot[:3], True, short)
             for topic in [] if found is not None else [t for t in pending if t not in done]:
                 found, first = self._cause_for(topic, changed, slot), topic
@@ -168,6 +175,17 @@ class LifeClock:
                 done.add(change[0].topic)
                 self._update(window, life, spec, change, changed)
         self._routines(window)
+
+    def _life_only_major(self, window: PeriodWindow, slot: tuple) -> bool:
+        """A major life event that changes no preference at the period's major slot (as the year before has), when
+        none that changes one fits there; whether one did."""
+        eligible = [(c, spec) for c, spec in self._eligible() if scale_of(spec) == "major" and self._open(spec)]
+        for category, spec in self._weighted_order(eligible, lambda spec: spec.weight / (1 + self._reach(spec))):
+            at = self._timed(spec, *slot)
+            if at is not None and at < slot[2]:
+                self._life_event(window, category, spec, at)
+                return True
+        return False
 
     def _too_soon(self, chain: list[PreferenceVersion], spec: LifeEventSpec) -> bool:
         """Whether turning ``chain`` back now would undo its last change within TURN_BACK_DAYS (allowed only to a

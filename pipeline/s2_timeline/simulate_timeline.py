@@ -6,9 +6,9 @@ import random
 from collections import Counter
 from datetime import datetime, timedelta
 
-from pipeline.catalog import item_fit, load_catalog, load_taxonomy
+from pipeline.catalog import holds_fit, item_fit, load_catalog, load_taxonomy
 from pipeline.life_state import code_reason, initial_state
-from pipeline.s2_timeline.calendar import region_of
+from pipeline.s2_timeline.calendar import region_of, when
 from pipeline.s2_timeline.coherence import (
     routine_fits,
     scale_of,
@@ -79,7 +79,11 @@ class _Simulation(LifeClock):
         # only items this person would plausibly hold (the catalog's age ranges and genders), so no 85-year-old
         # starts out liking indoor climbing and no 19-year-old takes to estate planning
         self.fits = item_fit(catalog, persona.attributes)
-        self.inventory = {t: [i for i in items if self.fits(t, i.name)] for t, items in inventory.items()}
+        # the tastes held from the start also fit the life (no childproofed rooms without young children, no
+        # cross-country skiing in Singapore); an event may still turn a view of such an item (a first pregnancy)
+        holds = holds_fit(catalog, self.state, region_of(persona.location, taxonomy).winter)
+        self.inventory = {t: [i for i in items if self.fits(t, i.name) and holds(t, i.name)]
+                          for t, items in inventory.items()}
         self.facet_words = catalog.facets
         self.index = event_index(taxonomy, config.topics, catalog_facets(catalog))
         self.region = region_of(persona.location, taxonomy)
@@ -327,9 +331,22 @@ class _Simulation(LifeClock):
             if not held:
                 continue
             version = self.rng.choice(held)
-            templates = [t for t in self.tax.routine_summaries[version.stance] if routine_fits(t, self.state)]
+            state = self._state_at(time)
+            templates = [t for t in self.tax.routine_summaries[version.stance] if routine_fits(t, state)]
             summary = with_item(self.rng.choice(templates), version.item)
+            lo, hi = when(summary).hours  # at an hour people do such things, on the same day where it can be
+            waking = time.replace(hour=0, minute=0) + timedelta(minutes=self.rng.randrange(lo * 60, hi * 60))
+            if window.events_start <= waking < window.events_end and version.valid_at(waking):
+                time = waking
             self._event(window, time, "routine", summary, topic=topic, pref_refs=[version.key])
+
+    def _state_at(self, time: datetime) -> dict[str, str]:
+        """The life state at ``time``: the attributes' state with the life events before it applied."""
+        state = initial_state(self.persona.attributes)
+        specs = self.tax.event_specs()
+        for e in sorted((e for e in self.events if e.kind == "life_event" and e.time <= time), key=lambda e: e.time):
+            state.update(specs[e.summary][1].sets)
+        return state
 
     def timeline(self) -> Timeline:
         prefs = [v for chain in self.chains.values() for v in chain]
