@@ -73,6 +73,8 @@ def test_the_calendar_and_the_city_place_an_event():
     assert when("spent a snowed-in winter in a Canadian log cabin, skiing cross-country through forests").stay_days == 60
     assert "names Seoul as somewhere else" in fits("moved to Seoul for work, ate kimchi daily and joined pop idol fan clubs",
                                                    datetime(2025, 3, 3, 12), region_of("Seoul, South Korea", TAXONOMY))
+    assert "names Japan as somewhere else" in fits("flew business class to Japan paid for entirely with credit card points",
+                                                   datetime(2025, 3, 3, 12), region_of("Osaka, Japan", TAXONOMY))
     assert "citizenship of United Kingdom" in fits("became a British citizen after a long wait",
                                                     datetime(2025, 3, 3, 12), lagos)
     unknown = region_of("a village somewhere", TAXONOMY)

@@ -113,8 +113,10 @@ def place_problem(summary: str, region: Region) -> str | None:
     if w.winters is not None and region.winter not in w.winters:
         return f"needs a {' or '.join(sorted(w.winters))} winter at home; {region.value}'s is {region.winter}"
     city, _, country = region.value.partition(", ")
-    if region is not DEFAULT_REGION and re.search(rf"\b{re.escape(city)}\b", summary) and ELSEWHERE.search(summary):
-        return f"names {city} as somewhere else, but this persona lives there"
+    if region is not DEFAULT_REGION and ELSEWHERE.search(summary):
+        for place_name in (city, country):
+            if place_name and re.search(rf"\b{re.escape(place_name)}\b", summary):
+                return f"names {place_name} as somewhere else, but this persona lives there"
     for pattern, where in COUNTRY:
         if pattern.search(summary) and country != where:
             return f"a citizenship of {where} for someone living in {region.value}"
