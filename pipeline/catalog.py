@@ -132,6 +132,9 @@ def check_life_events(taxonomy: Taxonomy, path: Path, catalog: Catalog) -> None:
             if parts[1] not in catalog.facets.get(topic, {}):
                 raise DataFileError(f"{where}: event {summary!r}: effect {text!r}: {topic} has no facet {parts[1]!r}")
         _check_items(spec, where, taxonomy, carriers)
+        unknown = [name for name in spec.after if name not in taxonomy.event_specs()]
+        if unknown:
+            raise DataFileError(f"{where}: event {summary!r}: after names {unknown[0]!r}, which is no event's summary")
         lo, hi = spec.age
         why = None
         if lo > hi or hi < lo_age or lo > hi_age:

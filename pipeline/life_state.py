@@ -92,6 +92,8 @@ def replay(attributes: SeedAttributes, summaries: list[str], taxonomy: Taxonomy)
         why = unmet(spec, state, attributes.age)
         if why:
             out.append(f"{summary!r}: {why}")
+        if spec.after and not set(spec.after) & seen:
+            out.append(f"{summary!r}: needs one of {spec.after} lived before it")
         seen.add(summary)
         apply(spec, state)
     return out

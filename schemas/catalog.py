@@ -156,6 +156,9 @@ class LifeEventSpec(Strict):
     sets: dict[str, str] = Field(default_factory=dict, description="dimension -> its value after the event")
     effects: list[str] = Field(default_factory=list, description='"<topic alias> <facet> <+|->" each')
     weight: float = Field(default=1.0, gt=0, description="relative chance of being drawn among the eligible")
+    after: list[str] = Field(
+        default_factory=list, description="summaries of which one must have been lived before (a second opinion on a "
+                                          "diagnosis after the diagnosis); none: no earlier event needed")
     scale: Literal["major", "minor"] | None = Field(
         default=None, description="major: a change of life (a move, a birth, a death, a new job, a diagnosis, a break-up); "
                                   "minor: an experience (a meal, a weekend, a class); None: decided from the summary")

@@ -60,6 +60,8 @@ def _taxonomy_copy(tmp_path, old: str, new: str):
     ('effects: [finance retirement +, travel restful +', 'effects: [finance pension +, travel restful +',
      "has no facet 'pension'"),
     ('gist: "retired", age: [58, 75]', 'gist: "retired", age: [95, 99]', "can never happen: ages 95-99"),
+    ('after: ["was diagnosed with coeliac disease"]', 'after: ["was diagnosed with coeliac"]',
+     "after names 'was diagnosed with coeliac', which is no event's summary"),
 ])
 def test_taxonomy_errors_name_file_and_line(tmp_path, old, new, message):
     path, line = _taxonomy_copy(tmp_path, old, new)

@@ -11,7 +11,8 @@ import pytest
 
 from pipeline.catalog import load_taxonomy
 from pipeline.config import load_config
-from pipeline.life_state import initial_state
+from pipeline.life_state import initial_state, replay
+from pipeline.s1_personas.sample_personas import sample_builtin_seed
 from pipeline.run.plan import build_plan
 from pipeline.s2_timeline.calendar import fits, region_of, when
 from pipeline.s2_timeline.coherence import (
@@ -40,6 +41,13 @@ def test_scale_follows_the_change_of_life_not_its_words():
     assert scale_of(spec("celebrated a twenty-fifth wedding anniversary")) == "minor"
     assert scale_of(spec("burned their mouth and stomach at a numbing-pepper hotpot dinner")) == "minor"
     assert scale_of(spec("moved to a flat by the sea", scale="minor")) == "minor"  # the taxonomy's word wins
+
+
+def test_an_event_that_presupposes_another_comes_after_it():
+    second = "learned from a specialist's second opinion that their coeliac diagnosis was wrong"
+    seed = sample_builtin_seed(3, run_seed=7, taxonomy=TAXONOMY).attributes
+    assert any("lived before it" in why for why in replay(seed, [second], TAXONOMY))
+    assert not any("lived before it" in why for why in replay(seed, ["was diagnosed with coeliac disease", second], TAXONOMY))
 
 
 def test_the_calendar_and_the_city_place_an_event():

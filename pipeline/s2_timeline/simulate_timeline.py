@@ -174,7 +174,8 @@ class _Simulation(LifeClock):
     def _eligible(self) -> list[tuple[str, LifeEventSpec]]:
         """Events whose preconditions hold now and that this persona has not lived yet, in a stable order."""
         return [(c, spec) for c, spec in self.index.allowed(self.state, self.persona.attributes.age)
-                if spec.summary not in self.used_summaries]
+                if spec.summary not in self.used_summaries
+                and (not spec.after or not self.used_summaries.isdisjoint(spec.after))]
 
     def _reach(self, spec: LifeEventSpec) -> int:
         """How many of the run's topics the event turns items of."""
