@@ -12,8 +12,8 @@ import pytest
 from pipeline.catalog import load_taxonomy
 from pipeline.config import load_config
 from pipeline.life_state import initial_state, replay
-from pipeline.s1_personas.sample_personas import sample_builtin_seed
 from pipeline.run.plan import build_plan
+from pipeline.s1_personas.sample_personas import sample_builtin_seed
 from pipeline.s2_timeline.calendar import fits, region_of, when
 from pipeline.s2_timeline.coherence import (
     MAJOR_GAP_DAYS,
