@@ -132,8 +132,9 @@ def first_person(summary: str) -> str:
     return re.sub(r"\btheir\b", "my", re.sub(r"\bthemselves\b", "myself", summary))
 
 
-def code_reason(summary: str, item: str, stance: str, facet_words: str, direction: str) -> str:
-    """The reason code writes for a change: it names the event and the facet that links it to the item."""
+def code_reason(summary: str, item: str, stance: str) -> str:
+    """The reason code writes for a change: it names the event and the item, and nothing more. (A clause on the
+    facet, "I want less getting better sleep in my life now", read false wherever the facet was a goal the item
+    failed rather than a property the person turned from; the event says why on its own.)"""
     change = f"I have come to like {item}" if stance == "like" else f"I have gone off {item}"
-    want = "I want more" if direction == "+" else "I want less"
-    return f"Since I {first_person(summary)}, {change}: {want} {facet_words} in my life now."
+    return f"Since I {first_person(summary)}, {change}."

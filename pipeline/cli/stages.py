@@ -55,7 +55,8 @@ def _print_stats(stats: dict, counts: dict[str, int], out: Path, elapsed: float)
         table.add_row(f"rows in {name}", str(rows))
     for kind, count in sorted(stats["events"].items()):
         table.add_row(f"{kind} events", str(count))
-    table.add_row("life events touching 2+ topics", f"{stats['cross_topic_life_events']} ({stats['cross_topic_fraction']:.1%})")
+    table.add_row("life events changing 2+ topics", f"{stats['cross_topic_life_events']} "
+                  f"({stats['cross_topic_fraction']:.1%} of {stats['changing_life_events']} that change any)")
     table.add_row("preference chain lengths", ", ".join(f"{k}: {v}" for k, v in stats["chain_lengths"].items()))
     table.add_row("longest causal path (events)", str(stats["max_causal_depth"]))
     for topic, count in stats["updates_per_topic"].items():

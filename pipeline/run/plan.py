@@ -39,7 +39,7 @@ def plan_stats(timelines: list[Timeline], topics: list[str]) -> dict:
     kinds: Counter[str] = Counter()
     updates_per_topic: Counter[str] = Counter({t: 0 for t in topics})
     chain_lengths: Counter[int] = Counter()
-    life, cross, depth = 0, 0, 0
+    life, changing, cross, depth = 0, 0, 0, 0
     for t in timelines:
         kinds.update(e.kind for e in t.events)
         by_id = {e.event_id: e for e in t.events}
@@ -54,6 +54,7 @@ def plan_stats(timelines: list[Timeline], topics: list[str]) -> dict:
         for e in t.events:
             if e.kind == "life_event":
                 life += 1
+                changing += bool(children.get(e.event_id))
                 cross += len(children.get(e.event_id, ())) >= 2
         chain_lengths.update(len(c) for c in t.chains().values())
         depth = max(depth, nx.dag_longest_path_length(t.graph()) + 1 if t.events else 0)
@@ -61,8 +62,9 @@ def plan_stats(timelines: list[Timeline], topics: list[str]) -> dict:
         "personas": len(timelines),
         "events": dict(kinds),
         "life_events": life,
+        "changing_life_events": changing,
         "cross_topic_life_events": cross,
-        "cross_topic_fraction": round(cross / life, 4) if life else 0.0,
+        "cross_topic_fraction": round(cross / changing, 4) if changing else 0.0,  # of those that change a preference
         "preference_versions": sum(len(t.preferences) for t in timelines),
         "updates_per_topic": dict(updates_per_topic),
         "chain_lengths": dict(sorted(chain_lengths.items())),

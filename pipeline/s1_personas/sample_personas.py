@@ -60,8 +60,14 @@ def sample_builtin_seed(index: int, *, run_seed: int, taxonomy: Taxonomy) -> Per
             and o.group not in stage.excluded_groups] or by_age
     job = _pick(rng, jobs)
     homes = [h for h in taxonomy.households if h.min_age <= age <= h.max_age]
-    household = _pick(rng, [h for h in homes if not stage.households or h.value in stage.households] or homes
-                      or taxonomy.households).value
+    fitting = [h for h in homes if not stage.households or h.value in stage.households] or homes or taxonomy.households
+    if job.group == "home":  # a stay-at-home parent lives with children; where the stage allows none, another job
+        with_children = [h for h in fitting if "children" in h.value]
+        if with_children:
+            fitting = with_children
+        else:
+            job = _pick(rng, [o for o in jobs if o.group != "home"] or [o for o in by_age if o.group != "home"])
+    household = _pick(rng, fitting).value
     attrs = SeedAttributes(
         age=age,
         age_band=band.band,

@@ -32,8 +32,13 @@ NORTHERN = re.compile(r"\b(Lapland|Norwegian|Nordic skiing|Canadian|Donegal|Alpi
                       r"Tuscan|Spain|Italian|Kyoto|Scottish|Iceland)\b")
 WEEKEND = re.compile(r"\b(weekend|Saturday|Sunday|sermon)\b")
 SUNDAY = re.compile(r"\b(Sunday|sermon)\b")
-EVENING = re.compile(r"\b(evenings?|night|nights|nightly|dinner|pub|bar|gig|concert|rave|nightclub|after-work)\b")
+EVENING = re.compile(r"\b(evenings?|night|nights|nightly|overnight|dinner|pub|bar|gig|concert|rave|nightclub|"
+                     r"after-work)\b")
 MORNING = re.compile(r"\b(mornings?|sunrise|breakfast|dawn)\b")
+# out of doors in a way winter rules out where winters are cold or cool (at home, or at a named northern place)
+OUTDOOR = re.compile(r"\b(lake|lakes|river swim\w*|open-water|open water|wild swim\w*|sea swim\w*|beach|camping|camped|tent|"
+                     r"bowling green|hiked|hiking|hike|trek\w*|Camino|pilgrimage|island-hopping|barbecue|picnic|"
+                     r"triathlon|allotment|garden party|outdoor festival|festival tent|surfing|sunbath\w*)\b")
 DAYTIME, EVENING_HOURS, MORNING_HOURS = (9, 21), (18, 23), (6, 10)  # [from, to) hours of a life event
 # a stay that lasts a season (it is dated at the season's end, so the whole season lies before it)
 SEASON_LONG = re.compile(r"\b(spent a (winter|summer)|for a summer|all (winter|summer)|one summer|through (a |the )?"
@@ -42,7 +47,9 @@ SEASON_LONG = re.compile(r"\b(spent a (winter|summer)|for a summer|all (winter|s
 STAY_DAYS = ((re.compile(r"\b(spent a year|a year (in|abroad|on|of|travelling))\b"), 365),
              (re.compile(r"\bten weeks\b"), 70), (SEASON_LONG, 60), (re.compile(r"\b(a month|for weeks)\b"), 30),
              (re.compile(r"\b(fortnight|two weeks)\b"), 14),
-             (re.compile(r"\b(a week|week-long|weeklong|ten-day|ten days|a semester)\b"), 7))
+             (re.compile(r"\b(a week|week-long|weeklong|ten-day|ten days|a semester)\b"), 7),
+             (re.compile(r"\b(long weekend|weekend away|city break)\b"), 3))
+TRIP_DAYS = 2  # a trip that names no length is away this long before its date
 DEFAULT_REGION = Region(value="unknown", winter="warm")  # a free-text seed's city: no winter assumed
 ELSEWHERE = re.compile(r"\b(moved to|work visa|travel|trip|holiday|abroad|backpacking|flew)\b")
 COUNTRY = ((re.compile(r"\bBritish citizen"), "United Kingdom"),)  # a citizenship is taken where one lives
@@ -62,11 +69,12 @@ class When:
     weekdays: frozenset[int] | None = None  # datetime.weekday() values it may fall on (None: any)
     hours: tuple[int, int] = DAYTIME
     stay_days: int = 0  # away for this long before its date: no other life event then
+    outdoor: bool = False  # out of doors as winter rules out (where winters are cold or cool)
 
     @property
     def fixed(self) -> bool:
-        """Whether the day matters (a named day or a season); a weekday alone is found near the slot."""
-        return self.day is not None or self.easter or self.season is not None
+        """Whether the day matters (a named day, a season, out of doors); a weekday alone is found near the slot."""
+        return self.day is not None or self.easter or self.season is not None or self.outdoor
 
 
 @cache
@@ -80,11 +88,11 @@ def when(summary: str) -> When:
         winters = frozenset({"cold"}) if COLD.search(summary) else frozenset({"cold", "cool"})
     weekdays = frozenset({6}) if SUNDAY.search(summary) else frozenset({5, 6}) if WEEKEND.search(summary) else None
     hours = EVENING_HOURS if EVENING.search(summary) else MORNING_HOURS if MORNING.search(summary) else DAYTIME
-    stay = next((d for pattern, d in STAY_DAYS if pattern.search(summary)), 0) if away else 0
+    stay = next((d for pattern, d in STAY_DAYS if pattern.search(summary)), TRIP_DAYS) if away else 0
     return When(day=day, easter=bool(EASTER.search(summary)), season=season, away=away,
                 north=bool(NORTHERN.search(summary)), winters=winters,
                 season_end=season is not None and bool(SEASON_LONG.search(summary)), weekdays=weekdays, hours=hours,
-                stay_days=stay)
+                stay_days=stay, outdoor=season is None and bool(OUTDOOR.search(summary)))
 
 
 def region_of(location: str | None, taxonomy: Taxonomy) -> Region:
@@ -109,6 +117,16 @@ def season_months(season: str, hemisphere: str) -> tuple[int, ...]:
 def place_problem(summary: str, region: Region) -> str | None:
     """Why ``summary`` cannot happen to someone living in ``region`` at any time, or None: a winter the city lacks,
     the city itself named as somewhere else (a move to it, a trip there), a citizenship of another country."""
+    key = (summary, region.value, region.winter)
+    if key not in _PLACE_PROBLEMS:
+        _PLACE_PROBLEMS[key] = _place_problem(summary, region)
+    return _PLACE_PROBLEMS[key]
+
+
+_PLACE_PROBLEMS: dict[tuple[str, str, str], str | None] = {}
+
+
+def _place_problem(summary: str, region: Region) -> str | None:
     w = when(summary)
     if w.winters is not None and region.winter not in w.winters:
         return f"needs a {' or '.join(sorted(w.winters))} winter at home; {region.value}'s is {region.winter}"
@@ -139,6 +157,10 @@ def fits(summary: str, time: datetime, region: Region) -> str | None:
             return f"names {w.season} but is dated {time:%Y-%m-%d} ({'northern' if hemisphere == 'N' else 'southern'} hemisphere)"
         if w.season_end and time.month != months[-1]:
             return f"lasts the {w.season} but is dated {time:%Y-%m-%d}, before its last month"
+    if w.outdoor and (w.north or (not w.away and region.winter != "warm")):
+        hemisphere = "N" if w.north else region.hemisphere
+        if time.month in season_months("winter", hemisphere):
+            return f"out of doors in winter ({time:%Y-%m-%d}, {'a northern place' if w.north else region.value})"
     if w.weekdays is not None and time.weekday() not in w.weekdays:
         return f"names {'a Sunday' if w.weekdays == {6} else 'a weekend'} but falls on a {time:%A}"
     if not w.hours[0] <= time.hour < w.hours[1]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from datetime import datetime, timedelta
+from functools import cache
 
 from pipeline.catalog import holds_fit, load_catalog
 from pipeline.life_state import _stem, initial_state, keywords, unmet
@@ -29,6 +30,7 @@ from schemas.timeline import Event, Timeline
 MAJOR_GAP_DAYS = 30  # no two major life events of one persona closer than this
 SHORT_PERIOD_DAYS = 60  # a period whose events span less than this holds minor events only
 FOLLOW_UP_DAYS = 365  # a life event follows from a major one at most this long before it
+SAME_DAY_HOURS = 12  # two life events of one persona are at least this far apart (a morning and an evening)
 TURN_BACK_DAYS = 90  # a changed preference does not turn back sooner, unless a major event turns a minor one's change
 MAJOR = re.compile(
     r"\b(diagnos\w*|surgery|heart attack|stroke|cancer|funeral|widowed|death of|lost a (parent|father|mother|"
@@ -54,13 +56,22 @@ def scale_of(spec: LifeEventSpec) -> str:
     change of life (MAJOR), else "minor"."""
     if spec.scale is not None:
         return spec.scale
-    named = MAJOR.search(spec.summary) and not NOT_MAJOR.search(spec.summary)
-    return "major" if spec.sets or named else "minor"
+    return "major" if spec.sets or _names_major(spec.summary) else "minor"
+
+
+@cache
+def _names_major(summary: str) -> bool:
+    return bool(MAJOR.search(summary)) and not NOT_MAJOR.search(summary)
+
+
+@cache
+def _lasting(summary: str) -> bool:
+    return bool(LASTING.search(summary))
 
 
 def fits_short_period(spec: LifeEventSpec) -> bool:
     """Whether an event may happen in a short period: a minor one that does not take months."""
-    return scale_of(spec) == "minor" and not LASTING.search(spec.summary)
+    return scale_of(spec) == "minor" and not _lasting(spec.summary)
 
 
 # words two unrelated events share all the time: what happened (lost, learned), not what it happened to
@@ -122,6 +133,9 @@ def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, fir
                                      "before the profile the first conversation shows"))
         if (why := unmet(spec, state, persona.attributes.age)) is not None:
             found.append(("state", f"{e.time:%Y-%m-%d} {e.summary!r}: {why}"))
+        if lives and e.time - lives[-1].time < timedelta(hours=SAME_DAY_HOURS):
+            found.append(("crowded", f"{e.time:%Y-%m-%d %H:%M} {e.summary!r}: within {SAME_DAY_HOURS} hours of "
+                                     f"{lives[-1].summary!r}"))
         stay = when(e.summary).stay_days
         if stay and lives and e.time - lives[-1].time < timedelta(days=stay):
             found.append(("away", f"{e.time:%Y-%m-%d} {e.summary!r}: away {stay} days before it, yet "

@@ -15,6 +15,7 @@ from pipeline.s2_timeline.calendar import place, when
 from pipeline.s2_timeline.coherence import (
     FOLLOW_UP_DAYS,
     MAJOR_GAP_DAYS,
+    SAME_DAY_HOURS,
     SHORT_PERIOD_DAYS,
     TURN_BACK_DAYS,
     changes_state,
@@ -80,7 +81,7 @@ class LifeClock:
         if at is None or (major and self.last_major is not None and at - self.last_major < timedelta(days=MAJOR_GAP_DAYS)):
             return None
         stay = when(spec.summary).stay_days  # away that long before its date: nothing else happens meanwhile
-        if stay and self.last_life is not None and at - self.last_life < timedelta(days=stay):
+        if self.last_life is not None and at - self.last_life < max(timedelta(days=stay), timedelta(hours=SAME_DAY_HOURS)):
             return None
         self.placed[spec.summary] = at
         return at
@@ -157,8 +158,8 @@ class LifeClock:
                 major_topic, slot = None, (*slot[:3], True, short)
             for topic in [] if found is not None else [t for t in pending if t not in done]:
                 found, first = self._cause_for(topic, changed, slot), topic
-                pending.remove(topic)  # a topic no event can change now is left unchanged this period
-                if found is not None:
+                if found is not None:  # a topic no event can change at this slot is tried again at the next
+                    pending.remove(topic)
                     break
             if found is None:
                 continue

@@ -84,7 +84,6 @@ class _Simulation(LifeClock):
         holds = holds_fit(catalog, self.state, region_of(persona.location, taxonomy).winter)
         self.inventory = {t: [i for i in items if self.fits(t, i.name) and holds(t, i.name)]
                           for t, items in inventory.items()}
-        self.facet_words = catalog.facets
         self.index = event_index(taxonomy, config.topics, catalog_facets(catalog))
         self.region = region_of(persona.location, taxonomy)
         self.last_life: datetime | None = None  # the latest life event's time: the next one comes after it
@@ -310,8 +309,7 @@ class _Simulation(LifeClock):
         if pid in self.chains:
             self.turned[self.chains[pid][-1].stance] += 1
         version = self._add_version(topic, item, stance, when + timedelta(minutes=10), update)
-        words = self.facet_words.get(topic, {}).get(effect.facet, effect.facet)
-        version.reason = code_reason(spec.summary, item, stance, words, effect.direction)
+        version.reason = code_reason(spec.summary, item, stance)
         update.pref_refs = [*previous, version.key]
         self.edges.append(EventEdge(parent_event_id=life.event_id, child_event_id=update.event_id, relation="causes"))
         if pid in self.last_update:
