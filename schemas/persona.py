@@ -41,6 +41,15 @@ class SeedAttributes(BaseModel):
         return tags
 
 
+def stereotype_match(persona_tags: set[str], item_tags: list[str]) -> bool:
+    """Whether a catalog item's stereotype fits a persona: it has tags, and for every kind of tag it names (gender,
+    age band, life stage) the persona has one of them (man caves: a man of 45-54, not any 45-54-year-old)."""
+    kinds: dict[str, set[str]] = {}
+    for tag in item_tags:
+        kinds.setdefault(tag.split(":", 1)[0], set()).add(tag)
+    return bool(kinds) and all(persona_tags & tags for tags in kinds.values())
+
+
 class PersonaSeed(BaseModel):
     """A sampled seed: a short description plus whatever structure its source provides."""
 

@@ -24,6 +24,7 @@ from pipeline.s2_timeline.coherence import (
     short_periods,
 )
 from schemas.catalog import LifeEventSpec, Region
+from schemas.persona import stereotype_match
 from schemas.timeline import EventEdge
 
 TAXONOMY = load_taxonomy()
@@ -41,6 +42,13 @@ def test_scale_follows_the_change_of_life_not_its_words():
     assert scale_of(spec("celebrated a twenty-fifth wedding anniversary")) == "minor"
     assert scale_of(spec("burned their mouth and stomach at a numbing-pepper hotpot dinner")) == "minor"
     assert scale_of(spec("moved to a flat by the sea", scale="minor")) == "minor"  # the taxonomy's word wins
+
+
+def test_a_stereotype_fits_every_kind_of_tag_it_names():
+    man_cave = ["gender:man", "age_band:45-54"]
+    assert stereotype_match({"gender:man", "age_band:45-54", "life_stage:established"}, man_cave)
+    assert not stereotype_match({"gender:woman", "age_band:45-54"}, man_cave)  # the age band alone is not enough
+    assert not stereotype_match({"gender:man"}, [])
 
 
 def test_an_event_that_presupposes_another_comes_after_it():

@@ -16,7 +16,7 @@ from pipeline.specs import INVENTORY, PROFILE
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.drafts import InventoryContext, ProfileContext, ProfileDraft, inventory_draft
-from schemas.persona import Persona
+from schemas.persona import Persona, stereotype_match
 
 Inventory = dict[str, list[InventoryItem]]
 
@@ -129,7 +129,7 @@ def merge_inventory(persona: Persona, drafts: list[BaseModel | None], *, config:
         pool = [i for i in catalog[topic] if fits(topic, i.name)]
         rng.shuffle(pool)
         pool.sort(key=lambda i: (topic, i.name) not in turnable)  # stable: still shuffled within each part
-        stereo = [i for i in pool if tags & set(i.tags)][: config.text.stereotype_items]
+        stereo = [i for i in pool if stereotype_match(tags, i.tags)][: config.text.stereotype_items]
         topup = [i for i in pool if i not in stereo][: max(0, size - len(items))]
         for extra in stereo + topup:
             if extra.name.casefold() not in taken:

@@ -24,7 +24,7 @@ from pipeline.catalog import holds_fit, load_catalog
 from pipeline.life_state import _stem, initial_state, keywords, unmet
 from pipeline.s2_timeline.calendar import fits, region_of, when
 from schemas.catalog import LifeEventSpec, Taxonomy
-from schemas.persona import Persona
+from schemas.persona import Persona, stereotype_match
 from schemas.timeline import Event, Timeline
 
 MAJOR_GAP_DAYS = 30  # no two major life events of one persona closer than this
@@ -147,10 +147,14 @@ def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, fir
                                          f"after {majors[-1].summary!r}, both major"))
             majors.append(e)
         state.update(spec.sets)
-    holds = holds_fit(load_catalog(), initial_state(persona.attributes), region.winter)
+    catalog = load_catalog()
+    holds = holds_fit(catalog, initial_state(persona.attributes), region.winter)
+    tags = {(t, i.name): i.tags for t, cat in catalog.topics.items() for i in cat.items}
     for v in timeline.preferences:
         if v.version == 1 and v.caused_by_event_id is None and not holds(v.topic, v.item):
             found.append(("holds", f"{v.item}: held from the start, but its holder's life or city does not fit it"))
+        if v.stereotypical and not stereotype_match(persona.attributes.stereotype_tags(), tags.get((v.topic, v.item), [])):
+            found.append(("holds", f"{v.item}: marked stereotypical, but its stereotype is not this persona's"))
     for edge in timeline.edges:
         parent, child = by_id.get(edge.parent_event_id), by_id.get(edge.child_event_id)
         if edge.relation == "causes" and parent and child and parent.kind == child.kind == "life_event" \

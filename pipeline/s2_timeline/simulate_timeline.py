@@ -20,7 +20,7 @@ from pipeline.words import with_item
 from schemas.catalog import Effect, InventoryItem, LifeEventSpec, Taxonomy
 from schemas.config import RunConfig
 from schemas.ids import pref_id, stable_id
-from schemas.persona import Persona
+from schemas.persona import Persona, stereotype_match
 from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline
 
 CANDIDATE_WINDOW = 4  # events weighed against each other for a held preference they can turn around
@@ -107,7 +107,7 @@ class _Simulation(LifeClock):
                 item = self._unused_item(topic, stereotypical=stereo) or self._unused_item(topic)
                 if item is None:
                     break
-                is_stereo = stereo and bool(self.tags & set(item.tags))
+                is_stereo = stereo and stereotype_match(self.tags, item.tags)
                 turnable = (topic, item.name) in self.index.ways
                 like = is_stereo or self.rng.random() < self.s.like_probability
                 ways = self.index.ways.get((topic, item.name), set())
@@ -127,7 +127,7 @@ class _Simulation(LifeClock):
         used = {v[0].item for v in self.chains.values() if v[0].topic == topic}
         pool = [i for i in self.inventory[topic] if i.name not in used]
         if stereotypical is not None:
-            pool = [i for i in pool if bool(self.tags & set(i.tags)) == stereotypical]
+            pool = [i for i in pool if stereotype_match(self.tags, i.tags) == stereotypical]
         if not pool:
             return None
         # an item only one or two events can turn weighs less, so that no single event becomes the cause that

@@ -20,7 +20,7 @@ from pipeline.s2_timeline.simulate_timeline import simulate_timeline
 from pipeline.words import content_words, mentions, with_item
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
-from schemas.persona import Persona
+from schemas.persona import Persona, stereotype_match
 from schemas.timeline import PreferenceVersion, Timeline
 
 SHADOW_INDEX_BASE = 1_000_000  # above any run's persona indices (n_personas <= 100_000)
@@ -111,7 +111,7 @@ class Pools:
     def stereotyped_items(self, topic: str) -> set[str]:
         """Items of the persona's pool whose tags match the persona's demographics."""
         tags = self.persona.attributes.stereotype_tags()
-        return {i.name for i in self._items(topic) if tags & set(i.tags)}
+        return {i.name for i in self._items(topic) if stereotype_match(tags, i.tags)}
 
     def shadow_current(self, topic: str) -> list[tuple[str, PreferenceVersion]]:
         """(shadow persona id, version) for the shadows' current versions in ``topic`` (either stance)
