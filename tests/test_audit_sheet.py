@@ -6,6 +6,7 @@ version of the same tables whose card shows them. Bad sheets are refused in one 
 from __future__ import annotations
 
 import csv
+import re
 import json
 import shutil
 import subprocess
@@ -92,7 +93,8 @@ def test_the_sheet_is_a_stratified_sample_with_the_key_hidden(version, sheet):
     shown = [query.options[int(i)].text for i in first["order"].split()]
     assert [t for t in page.items if t in shown] == shown and query.question in html
     key = "ABCD"[[int(i) for i in first["order"].split()].index(query.correct_index)]
-    assert f"<details><summary>The marked answer (open after you have chosen)</summary><p>{key}," in html
+    assert re.search(rf"<details><summary>The marked answer \(open after you have chosen\)</summary><p>{key}(</p>|, "
+                     r"resting on turn)", html)
     assert "evidence" not in html.split("<details>")[0]  # which turn is the evidence is folded away with the key
     assert "correct" not in (sheet / "sheet.csv").read_text()
     again = sheet.parent / "again"
