@@ -6,8 +6,8 @@ version of the same tables whose card shows them. Bad sheets are refused in one 
 from __future__ import annotations
 
 import csv
-import re
 import json
+import re
 import shutil
 import subprocess
 from collections import Counter
