@@ -85,19 +85,21 @@ def plan_queries(facts: Facts, *, settings: QuerySettings, rng: random.Random) -
     usage: Counter[str] = Counter()
     plans: list[QueryPlan] = []
     shown: set[str] = set()  # the events the reason questions planned so far show
+    given: dict[str, Counter[str]] = {}  # per type, the correct stances planned so far
     for qtype in QUERY_TYPES:
         quota = settings.quota(qtype)
         special: list[QueryPlan] = []
         for variant in VARIANTS.get(qtype, ()):
             share = settings.abstain_share if variant == "abstention" else settings.no_change_share
             special += _take(facts, qtype, variant, _share_count(quota, share, rng), usage, rng, settings,
-                             shown=shown)
+                             shown=shown, given=given)
         # the forgetful reply is shown FORGETFUL_WEIGHT times as often as it is right (see types.py)
         abstained = sum(p.form == "abstention" for p in special)
         normal = max(1, quota - len(special))
         weight = FORGETFUL_WEIGHT.get(qtype, facts.n_options - 1)
         rate = min(1.0, weight * abstained / normal) if qtype in FORGETFUL_TYPES and weight else 1.0
-        plans += special + _take(facts, qtype, "statement", quota - len(special), usage, rng, settings, rate, shown)
+        plans += special + _take(facts, qtype, "statement", quota - len(special), usage, rng, settings, rate, shown,
+                                 given)
     return [_ordered(p, pos, rng) for p, pos in zip(plans, balanced_positions(len(plans), facts.n_options, rng), strict=True)]
 
 
@@ -125,17 +127,21 @@ def _shown_again(facts: Facts, qtype: str, focal: str, shown: set[str]) -> int:
 
 
 def _take(facts: Facts, qtype: str, variant: str, count: int, usage: Counter[str], rng: random.Random,
-          settings: QuerySettings, forgetful_rate: float = 1.0, shown: set[str] | None = None) -> list[QueryPlan]:
+          settings: QuerySettings, forgetful_rate: float = 1.0, shown: set[str] | None = None,
+          given: dict[str, Counter[str]] | None = None) -> list[QueryPlan]:
     """Up to ``count`` plans of one variant, least-used topics first (for the reason types, preferences whose
     cause no other reason question shows before them); ``shown`` gathers the events reason questions show."""
     shown = set() if shown is None else shown
+    given = {} if given is None else given
     pool = _candidates(facts, qtype, rng, variant) if count > 0 else []
     out: list[QueryPlan] = []
     while pool and len(out) < count:
         # the correct stance balanced, so no stance word gives it away: a focal of the other stance costs
         # as much as a topic used once more, and for changed preferences (which end disliked more often)
         # it weighs before the topic spread
-        wanted = rng.choice(("like", "dislike"))
+        tally = given.setdefault(qtype, Counter())  # this persona's correct stances of the type so far
+        wanted = rng.choice(("like", "dislike")) if tally["like"] == tally["dislike"] else min(
+            ("like", "dislike"), key=lambda stance: tally[stance])  # the one given less often, else at random
         first = 1 if qtype in CHANGE_TYPES else 0
         pick = min(pool, key=lambda c: ((miss := _stance(facts, c[1]) not in (wanted, None)) * first,
                                         _shown_again(facts, qtype, c[1], shown), usage[c[0]] + miss, miss, c[2]))
@@ -145,6 +151,8 @@ def _take(facts: Facts, qtype: str, variant: str, count: int, usage: Counter[str
         if plan is not None:
             out.append(plan)
             usage[pick[0]] += 1
+            if (stance := _stance(facts, pick[1])) is not None:
+                tally[stance] += 1
             if qtype in REASON_TYPES:
                 shown |= {g for o in plan.options for g in o.grounding if g.startswith("evt_")}
     return out
