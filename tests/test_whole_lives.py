@@ -185,6 +185,12 @@ def test_the_checker_finds_each_planted_violation(planned):
         routine = next((e for e in t.events if e.kind == "routine"), None)
         return routine if person.attributes.occupation_group == "retired" else None
 
+    p, t, routine = _life(plan, config, lambda t: next((e for e in t.events if e.kind == "routine"), None))
+    wednesday = routine.time.replace(hour=12) + timedelta(days=(2 - routine.time.weekday()) % 7)
+    weekend = routine.model_copy(update={"summary": "enjoyed chess clubs again over the weekend, as I love them",
+                                         "time": wednesday})
+    assert "calendar" in rules(p, t.model_copy(update={"events": [weekend if e is routine else e for e in t.events]}))
+
     p, t, routine = _life(plan, config, idle)
     coworker = routine.model_copy(update={"summary": "asked a coworker to leave me out of chess clubs, since I dislike it"})
     assert "work" in rules(p, t.model_copy(update={"events": [coworker if e is routine else e for e in t.events]}))

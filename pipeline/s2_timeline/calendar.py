@@ -25,13 +25,14 @@ WINTER = re.compile(r"\b(winters?|snow|snowed|snowed-in|snowstorm|snowy|icy|ice|
 COLD = re.compile(r"\b(snow|snowed|snowed-in|snowstorm|snowy|icy|ice|bitter|dark winter|northern winter)\b")
 SEASON = {"summer": re.compile(r"\bsummer\b"), "autumn": re.compile(r"\bautumn\b"),
           "festive": re.compile(r"\b(festive|Christmas)\b")}  # December, in either hemisphere
-AWAY = re.compile(r"\b(trip|holiday|abroad|chalet|cabin|house-sat|skiing|ski trail|backpacking|cruise|peak)\b"
+AWAY = re.compile(r"\b(trip|holiday|abroad|chalet|cabin|house-sat|skiing|ski trail|backpacking|cruise|peak|retreat|"
+                  r"camper van)\b"
                   r"|\b(?!(Sunday|Saturday|Christmas|Easter|New|Year|Valentine|Halloween|Olympian|British|DBT|CBT|ADHD)\b)"
                   r"[A-Z][a-z]+\b(?!-style)")
 NORTHERN = re.compile(r"\b(Lapland|Norwegian|Nordic skiing|Canadian|Donegal|Alpine|Alps|Himalayan|Paris|Florence|"
                       r"Tuscan|Spain|Italian|Kyoto|Scottish|Iceland)\b")
-WEEKEND = re.compile(r"\b(weekend|Saturday|Sunday|sermon)\b")
-SUNDAY = re.compile(r"\b(Sunday|sermon)\b")
+WEEKEND = re.compile(r"\b(weekends?|Saturdays?|Sundays?|sermon)\b")
+SUNDAY = re.compile(r"\b(Sundays?|sermon)\b")
 EVENING = re.compile(r"\b(evenings?|night|nights|nightly|overnight|dinner|pub|bar|gig|concert|rave|nightclub|"
                      r"after-work)\b")
 MORNING = re.compile(r"\b(mornings?|sunrise|breakfast|dawn)\b")

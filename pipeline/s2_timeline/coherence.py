@@ -112,6 +112,8 @@ def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, fir
     by_id = {e.event_id: e for e in timeline.events}
     for e in sorted(timeline.events, key=lambda e: (e.time, e.event_id)):
         if e.kind == "routine":
+            if (why := fits(e.summary, e.time, region)) is not None:
+                found.append(("calendar", f"{e.time:%Y-%m-%d %H:%M} routine {e.summary!r}: {why}"))
             template = _routine_template(e.summary, taxonomy)
             if template is not None and not routine_fits(template, state):
                 found.append(("work", f"{e.time:%Y-%m-%d} {e.summary!r}: a coworker while work is {state.get('work')}"))

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 
 from pipeline.catalog import holds_fit, item_fit, load_catalog, load_taxonomy
 from pipeline.life_state import code_reason, initial_state
-from pipeline.s2_timeline.calendar import region_of, when
+from pipeline.s2_timeline.calendar import place, region_of
 from pipeline.s2_timeline.coherence import (
     routine_fits,
     scale_of,
@@ -333,10 +333,11 @@ class _Simulation(LifeClock):
             state = self._state_at(time)
             templates = [t for t in self.tax.routine_summaries[version.stance] if routine_fits(t, state)]
             summary = with_item(self.rng.choice(templates), version.item)
-            lo, hi = when(summary).hours  # at an hour people do such things, on the same day where it can be
-            waking = time.replace(hour=0, minute=0) + timedelta(minutes=self.rng.randrange(lo * 60, hi * 60))
-            if window.events_start <= waking < window.events_end and version.valid_at(waking):
-                time = waking
+            # at an hour and on a day people do such things ("over the weekend": a Saturday or Sunday), near its slot
+            lo = max(window.events_start, version.valid_from)
+            time = place(summary, self.region, lo, window.events_end, time, self.rng)
+            if time is None:
+                continue
             self._event(window, time, "routine", summary, topic=topic, pref_refs=[version.key])
 
     def _state_at(self, time: datetime) -> dict[str, str]:
