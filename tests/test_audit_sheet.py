@@ -11,11 +11,11 @@ import re
 import shutil
 import subprocess
 from collections import Counter
-from html import escape
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from markupsafe import escape
 from typer.testing import CliRunner
 
 from pipeline.cli.app import app
@@ -92,7 +92,7 @@ def test_the_sheet_is_a_stratified_sample_with_the_key_hidden(version, sheet):
     html = (sheet / "item-001.html").read_text(encoding="utf-8")
     page.feed(html)
     shown = [query.options[int(i)].text for i in first["order"].split()]
-    assert [t for t in page.items if t in shown] == shown and escape(query.question) in html
+    assert [t for t in page.items if t in shown] == shown and str(escape(query.question)) in html
     key = "ABCD"[[int(i) for i in first["order"].split()].index(query.correct_index)]
     assert re.search(rf"<details><summary>The marked answer \(open after you have chosen\)</summary><p>{key}(</p>|, "
                      r"resting on turn)", html)
