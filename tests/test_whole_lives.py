@@ -91,6 +91,8 @@ def test_the_calendar_and_the_city_place_an_event():
                                                    datetime(2025, 3, 3, 12), region_of("Seoul, South Korea", TAXONOMY))
     assert "names Japan as somewhere else" in fits("flew business class to Japan paid for entirely with credit card points",
                                                    datetime(2025, 3, 3, 12), region_of("Osaka, Japan", TAXONOMY))
+    assert "a move out of Stockholm" in fits("moved to a ski town in the mountains", datetime(2025, 3, 3, 12), stockholm)
+    assert fits("moved to a neighbourhood with a big park", datetime(2025, 3, 3, 12), stockholm) is None
     assert "citizenship of United Kingdom" in fits("became a British citizen after a long wait",
                                                     datetime(2025, 3, 3, 12), lagos)
     unknown = region_of("a village somewhere", TAXONOMY)

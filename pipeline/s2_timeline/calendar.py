@@ -54,6 +54,10 @@ TRIP_DAYS = 2  # a trip that names no length is away this long before its date
 DEFAULT_REGION = Region(value="unknown", winter="warm")  # a free-text seed's city: no winter assumed
 ELSEWHERE = re.compile(r"\b(moved to|work visa|travel|trip|holiday|abroad|backpacking|flew)\b")
 COUNTRY = ((re.compile(r"\bBritish citizen"), "United Kingdom"),)  # a citizenship is taken where one lives
+# a move out of the persona's city: the profile, the sessions and every later event keep the city it names
+LEAVES_CITY = re.compile(r"\b(moved to [A-Z]\w+|moved to a new city|moved back to their hometown|moved from a village|"
+                         r"moved abroad|moved to a (town|cold northern town|ski town|hot, humid city)|moved across the "
+                         r"country|moved into a log cabin|emigrated|relocated to the countryside)\b")
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,8 @@ def _place_problem(summary: str, region: Region) -> str | None:
         for place_name in (city, country):
             if place_name and re.search(rf"\b{re.escape(place_name)}\b", summary):
                 return f"names {place_name} as somewhere else, but this persona lives there"
+    if region is not DEFAULT_REGION and LEAVES_CITY.search(summary):
+        return f"a move out of {city}, which the persona's profile and every later event keep"
     for pattern, where in COUNTRY:
         if pattern.search(summary) and country != where:
             return f"a citizenship of {where} for someone living in {region.value}"
