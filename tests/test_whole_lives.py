@@ -217,6 +217,17 @@ def test_the_checker_finds_each_planted_violation(planned):
                                     "time": before.time.replace(hour=12) + timedelta(days=20)})
     assert "away" in rules(p, t.model_copy(update={"events": [away if e is after else e for e in t.events]}))
 
+    def fresh_dislike(t):
+        by_id = {e.event_id: e for e in t.events}
+        for v in t.preferences:
+            if v.version == 1 and v.stance == "dislike" and v.caused_by_event_id:
+                return by_id[by_id[v.caused_by_event_id].cause_event_id]
+        return None
+
+    p, t, cause = _life(plan, config, fresh_dislike)
+    habit = cause.model_copy(update={"summary": "had tennis elbow flare again a week after a cortisone jab and quit doubles"})
+    assert "fresh" in rules(p, t.model_copy(update={"events": [habit if e is cause else e for e in t.events]}))
+
     def changed(t):
         return next((c for c in t.chains().values() if len(c) == 2), None)
 

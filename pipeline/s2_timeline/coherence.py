@@ -48,6 +48,9 @@ NOT_MAJOR = re.compile(r"\b(friend's (\w+ )*wedding|anniversary|wedding vows|mov
 # an experience that takes months (or a season, a year, a recovery) is not lived inside a week or a month
 LASTING = re.compile(r"\b(months|a year|years of|recovered|spent a (summer|winter|year|semester)|all (winter|summer|year)|"
                      r"a semester|a long (spell|bout|recovery)|weeks of)\b")
+# an event that tells of a habit it ends: the person held the item before
+HABIT = re.compile(r"\b(quit|quitting|gave up|stopped|cancelled|after (years|decades|months) of|decades of|years of|"
+                   r"again|my usual|their usual|no longer)\b")
 WORK_ROUTINE = re.compile(r"\b(coworker|colleague|at work)\b")
 
 
@@ -67,6 +70,12 @@ def _names_major(summary: str) -> bool:
 @cache
 def _lasting(summary: str) -> bool:
     return bool(LASTING.search(summary))
+
+
+@cache
+def tells_of_a_habit(summary: str) -> bool:
+    """Whether an event's summary tells of a habit it ends or repeats (so its change turns a view held before)."""
+    return bool(HABIT.search(summary))
 
 
 def fits_short_period(spec: LifeEventSpec) -> bool:
@@ -157,6 +166,11 @@ def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, fir
             found.append(("holds", f"{v.item}: held from the start, but its holder's life or city does not fit it"))
         if v.stereotypical and not stereotype_match(persona.attributes.stereotype_tags(), tags.get((v.topic, v.item), [])):
             found.append(("holds", f"{v.item}: marked stereotypical, but its stereotype is not this persona's"))
+    for v in timeline.preferences:
+        update = by_id.get(v.caused_by_event_id or "")
+        cause = by_id.get(update.cause_event_id or "") if update else None
+        if v.version == 1 and cause is not None and v.stance == "dislike" and tells_of_a_habit(cause.summary):
+            found.append(("fresh", f"{v.item}: a new dislike after {cause.summary!r}, which tells of a habit"))
     for edge in timeline.edges:
         parent, child = by_id.get(edge.parent_event_id), by_id.get(edge.child_event_id)
         if edge.relation == "causes" and parent and child and parent.kind == child.kind == "life_event" \

@@ -12,6 +12,7 @@ from pipeline.s2_timeline.calendar import place, region_of
 from pipeline.s2_timeline.coherence import (
     routine_fits,
     scale_of,
+    tells_of_a_habit,
 )
 from pipeline.s2_timeline.events import catalog_facets, event_index
 from pipeline.s2_timeline.life_clock import GOLDEN, UPDATE_LAG, LifeClock, _minutes_into
@@ -282,6 +283,9 @@ class _Simulation(LifeClock):
             used = {c[0].item for c in self.chains.values() if c[0].topic == topic}
             own = [i.name for i in self.inventory[topic] if i.name in named and i.name not in used]
             pool = own or [name for name in named if name not in used and self.fits(topic, name)]
+            # an event that tells of a habit ("quit doubles", "after decades of golf") turns a view held before,
+            # never a new one: its new dislike needs the liking to have been there
+            pool = [name for name in pool if not (named[name].direction == "-" and tells_of_a_habit(spec.summary))]
             if not pool:
                 return None
             item = self.rng.choice(pool)
