@@ -160,15 +160,18 @@ def test_faulty_model_falls_back_to_code_wording_or_drops_with_a_reason(tmp_path
     config = config_for(3, seed=4)
     text_llm = fake_llm(tmp_path / "text")
     bad = fake_llm(tmp_path / "bad", "malformed_json=0.7&schema_violation=0.2")
+    fallbacks = failures = 0  # over the three personas: which of them the faults hit depends on their prompts
     for seed in sample_personas(3, run_seed=config.seed, settings=config.personas):
         text = build_persona_text(seed, config=config, llm=text_llm)
         queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=bad, config=config)
         facts = persona_facts(text.persona, text.timeline, text.sessions, config=config)
-        assert stats.wording_fallbacks > 0 and stats.gate_failures.get("model_call", 0) > 0
+        fallbacks += stats.wording_fallbacks
+        failures += stats.gate_failures.get("model_call", 0)
         assert all(structural_problems(q, facts) == [] for q in queries)
         fallback = [q for q in queries if q.provenance.get("wording") == "code"]
         assert len(fallback) == stats.wording_fallbacks
         assert len(stats.dropped) == sum(stats.drops.values()) == stats.planned - len(queries)
+    assert fallbacks > 0 and failures > 0
 
 
 def test_a_judge_that_always_knows_drops_every_query_with_its_reason(tmp_path, monkeypatch):
