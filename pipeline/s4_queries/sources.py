@@ -134,8 +134,14 @@ class Pools:
         shown = [i for i in first or [] if self.unheld(i)]
         rng.shuffle(shown)
         items = list(dict.fromkeys(shown + self.fresh_items(topic, rng, k + 4)))
-        items = (self.like_source(topic, items, like) if like else items)[:k]
-        return [with_item(t, item) for t, item in zip(templates, items, strict=False)]
+        items = self.like_source(topic, items, like) if like else items
+        told = [e.summary for e in self.timeline.events if e.kind == "life_event"]
+        out = []  # none that retells a life event the persona lived (about the same item): it would be true
+        for template, item in zip(templates, items, strict=False):
+            summary = with_item(template, item)
+            if not any(retells(summary, lived) for lived in told):
+                out.append(summary)
+        return out[:k]
 
     def related_events(self, topic: str, item: str | None = None, direction: str | None = None) -> list[list[str]]:
         """Life-event summaries the persona never lived and could have (age, gender), in three tiers of
