@@ -9,11 +9,10 @@ import shutil
 from datetime import UTC, datetime
 from pathlib import Path
 
-from pipeline.dataset.card import render_card
-from pipeline.dataset.publishing import PUBLISHED, _read_only
+from pipeline.dataset.publishing import _check_latest, announce, seal
 from pipeline.dataset.reading import read_manifest
-from pipeline.dataset.store import PublishError, _file_entry, make_staging
-from pipeline.dataset.versioning import _locked, _next_version, _pin, _point_latest
+from pipeline.dataset.store import PublishError, make_staging
+from pipeline.dataset.versioning import _locked, _next_version
 
 
 def publish_audit(version: Path, audit: dict, tables: dict) -> Path:
@@ -21,6 +20,7 @@ def publish_audit(version: Path, audit: dict, tables: dict) -> Path:
     source = read_manifest(version)
     parent = version.parent
     with _locked(parent):
+        _check_latest(parent)
         staging = make_staging(parent, "audit")
         try:
             for name in source.files:
@@ -30,12 +30,7 @@ def publish_audit(version: Path, audit: dict, tables: dict) -> Path:
                 "version": _next_version(parent), "created_at": datetime.now(UTC).replace(microsecond=0),
                 "stats": source.stats | {"audit": audit | {"of": source.version}},
                 "files": {n: e for n, e in source.files.items() if n != "README.md"}})
-            (staging / "README.md").write_text(render_card(manifest, tables), encoding="utf-8")
-            manifest.files["README.md"] = _file_entry(staging / "README.md", None)
-            (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-            _read_only(staging)
-            target = parent / manifest.version
-            os.rename(staging, target)
+            target = seal(staging, manifest, tables)
         except OSError as exc:
             shutil.rmtree(staging, ignore_errors=True)
             raise PublishError(f"{parent}: cannot write the audited version ({exc.strerror or exc}); "
@@ -43,9 +38,7 @@ def publish_audit(version: Path, audit: dict, tables: dict) -> Path:
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
-        PUBLISHED.append(target)
-        _pin(target)
-        _point_latest(parent)
+        announce(target)
     return target
 
 

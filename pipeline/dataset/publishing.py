@@ -182,19 +182,30 @@ def publish_staged(staging: Path, info: PublishInfo, *, keep: int | None = None,
     with _locked(parent):
         _check_latest(parent)
         version = _next_version(parent)
-        manifest = _manifest(staging, info, version, tables, report)
-        (staging / "README.md").write_text(render_card(manifest, tables), encoding="utf-8")
-        manifest.files["README.md"] = _file_entry(staging / "README.md", None)
-        (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
-        _read_only(staging)
-        target = parent / version
-        os.rename(staging, target)
-        PUBLISHED.append(target)
-        _pin(target)
-        _point_latest(parent)
+        target = seal(staging, _manifest(staging, info, version, tables, report), tables)
+        announce(target)
         if keep is not None:
             prune(parent, keep, locked=True, spare=target.name, kept=KEPT)
     return target
+
+
+def seal(staging: Path, manifest: Manifest, tables: dict[str, list[BaseModel]]) -> Path:
+    """Write the card and the manifest (listing the card) into ``staging``, make its files read-only and rename it
+    to its version; returns the version's path. The caller holds the dataset's lock."""
+    (staging / "README.md").write_text(render_card(manifest, tables), encoding="utf-8")
+    manifest.files["README.md"] = _file_entry(staging / "README.md", None)
+    (staging / "manifest.json").write_text(manifest.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    _read_only(staging)
+    target = staging.parent / manifest.version
+    os.rename(staging, target)
+    return target
+
+
+def announce(target: Path) -> None:
+    """A version just renamed into place: recorded for this process, pinned while it lives, named by ``latest``."""
+    PUBLISHED.append(target)
+    _pin(target)
+    _point_latest(target.parent)
 
 
 def _manifest(staging: Path, info: PublishInfo, version: str, tables: dict[str, list[BaseModel]],

@@ -15,11 +15,12 @@ from pathlib import Path
 
 from pipeline.baselines import wilson
 from pipeline.dataset import Dataset
+from pipeline.dataset.card_audit import QUESTIONS as LABELS
 from pipeline.errors import UserError
 from pipeline.reporting.audit_sheet import COLUMNS, FORM, LETTERS
 
 YES, NO = {"yes", "y", "1", "true"}, {"no", "n", "0", "false"}
-QUESTIONS = ("choice_agrees_with_key", *FORM)
+QUESTIONS = tuple(LABELS)  # the rater's own choice against the key, then the form's yes/no questions
 BOOTSTRAP = 1000
 
 

@@ -105,13 +105,13 @@ def region_of(location: str | None, taxonomy: Taxonomy) -> Region:
     return _regions(taxonomy).get(location or "", DEFAULT_REGION)
 
 
-@cache
-def _region_table(ids: tuple) -> dict:
-    return dict(ids)
+_REGIONS: dict[int, dict[str, Region]] = {}  # per loaded taxonomy (load_taxonomy keeps one), its cities by name
 
 
 def _regions(taxonomy: Taxonomy) -> dict[str, Region]:
-    return _region_table(tuple((r.value, r) for r in taxonomy.regions))
+    if id(taxonomy) not in _REGIONS:
+        _REGIONS[id(taxonomy)] = {r.value: r for r in taxonomy.regions}
+    return _REGIONS[id(taxonomy)]
 
 
 def season_months(season: str, hemisphere: str) -> tuple[int, ...]:

@@ -16,13 +16,13 @@ in practice one to three a year. Minor events (a meal, a weekend, a class, a sho
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from datetime import datetime, timedelta
 from functools import cache
 
 from pipeline.catalog import holds_fit, load_catalog
 from pipeline.life_state import _stem, initial_state, keywords, unmet
 from pipeline.s2_timeline.calendar import fits, region_of, when
+from pipeline.s2_timeline.periods import period_windows
 from schemas.catalog import LifeEventSpec, Taxonomy
 from schemas.persona import Persona, stereotype_match
 from schemas.timeline import Event, Timeline
@@ -161,10 +161,11 @@ def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, fir
     catalog = load_catalog()
     holds = holds_fit(catalog, initial_state(persona.attributes), region.winter)
     tags = {(t, i.name): i.tags for t, cat in catalog.topics.items() for i in cat.items}
+    own = persona.attributes.stereotype_tags()
     for v in timeline.preferences:
         if v.version == 1 and v.caused_by_event_id is None and not holds(v.topic, v.item):
             found.append(("holds", f"{v.item}: held from the start, but its holder's life or city does not fit it"))
-        if v.stereotypical and not stereotype_match(persona.attributes.stereotype_tags(), tags.get((v.topic, v.item), [])):
+        if v.stereotypical and not stereotype_match(own, tags.get((v.topic, v.item), [])):
             found.append(("holds", f"{v.item}: marked stereotypical, but its stereotype is not this persona's"))
     for v in timeline.preferences:
         update = by_id.get(v.caused_by_event_id or "")
@@ -181,18 +182,18 @@ def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, fir
     for chain in timeline.chains().values():
         for a, b, c in zip(chain, chain[1:], chain[2:], strict=False):
             if c.stance == a.stance and c.valid_from - b.valid_from < timedelta(days=TURN_BACK_DAYS) \
-                    and not _stronger(by_id, specs, c.caused_by_event_id, b.caused_by_event_id):
+                    and not _stronger(by_id, c.caused_by_event_id, b.caused_by_event_id):
                 found.append(("turn_back", f"{c.item}: {a.stance} -> {b.stance} on {b.valid_from:%Y-%m-%d} -> "
                                            f"{c.stance} again on {c.valid_from:%Y-%m-%d}"))
     return found
 
 
-def _stronger(by_id: dict[str, Event], specs: dict, new: str | None, old: str | None) -> bool:
+def _stronger(by_id: dict[str, Event], new: str | None, old: str | None) -> bool:
     """Whether the life event behind update ``new`` is major and the one behind update ``old`` is not."""
     def scale(update_id: str | None) -> str | None:
         update = by_id.get(update_id or "")
         cause = by_id.get(update.cause_event_id or "") if update else None
-        return scale_of(specs[cause.summary][1]) if cause and cause.summary in specs else None
+        return cause.scale if cause else None
 
     return scale(new) == "major" and scale(old) == "minor"
 
@@ -216,17 +217,11 @@ def busiest_span(times: list[datetime], days: int = 30) -> tuple[int, float]:
     """(the most of ``times`` in any ``days``-long span, the mean per ``days`` over their whole range)."""
     if not times:
         return 0, 0.0
-    times = sorted(times)
-    span = max((times[-1] - times[0]).days, days)
-    by_start = defaultdict(int)
-    for a in times:
-        by_start[a] = sum(1 for b in times if a <= b < a + timedelta(days=days))
-    return max(by_start.values()), len(times) * days / span
+    span = max((max(times) - min(times)).days, days)
+    return majors_within(times, days), len(times) * days / span
 
 
 def short_periods(config) -> frozenset[str]:
     """The periods of ``config`` whose life events span under SHORT_PERIOD_DAYS."""
-    from pipeline.s2_timeline.periods import period_windows
-
     return frozenset(w.name for w in period_windows(config)
                      if w.events_end - w.events_start < timedelta(days=SHORT_PERIOD_DAYS))

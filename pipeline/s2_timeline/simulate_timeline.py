@@ -82,11 +82,11 @@ class _Simulation(LifeClock):
         self.fits = item_fit(catalog, persona.attributes)
         # the tastes held from the start also fit the life (no childproofed rooms without young children, no
         # cross-country skiing in Singapore); an event may still turn a view of such an item (a first pregnancy)
-        holds = holds_fit(catalog, self.state, region_of(persona.location, taxonomy).winter)
+        self.region = region_of(persona.location, taxonomy)
+        holds = holds_fit(catalog, self.state, self.region.winter)
         self.inventory = {t: [i for i in items if self.fits(t, i.name) and holds(t, i.name)]
                           for t, items in inventory.items()}
         self.index = event_index(taxonomy, config.topics, catalog_facets(catalog))
-        self.region = region_of(persona.location, taxonomy)
         self.last_life: datetime | None = None  # the latest life event's time: the next one comes after it
         self.last_major: datetime | None = None
         self.placed: dict[str, datetime] = {}  # event summary -> the time it would take in the slot being filled
