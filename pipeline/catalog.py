@@ -11,8 +11,10 @@ from pipeline.config import DataFileError, load_yaml_model
 from pipeline.life_state import UNKNOWN_AGE_SPAN, initial_state
 from schemas.catalog import Catalog, InventoryItem, Taxonomy
 from schemas.persona import SeedAttributes
+from schemas.situations import SituationCatalog
 
 DATA_DIR = Path(__file__).parent / "data"
+SITUATIONS_FILE = DATA_DIR / "situations.yaml"
 
 
 @cache
@@ -228,3 +230,9 @@ def catalog_inventory(topics: list[str], catalog: Catalog | None = None) -> dict
         known = ", ".join(sorted(catalog.topics))
         raise DataFileError(f"unknown topic(s) {', '.join(unknown)}; the catalog knows: {known}")
     return {t: [InventoryItem(name=i.name, tags=list(i.tags)) for i in catalog.topics[t].items] for t in topics}
+
+
+@cache
+def load_situations(path: Path = SITUATIONS_FILE) -> SituationCatalog:
+    """The situation catalog: what a user's in-situ message comes from, per topic (``situations.yaml``)."""
+    return load_yaml_model(path, SituationCatalog)

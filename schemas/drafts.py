@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from schemas.fake_text import gist_word, helpful_reply
 from schemas.persona import Style
 
 _STYLE_EXAMPLE = {"verbosity": "moderate", "formality": "casual", "typo_rate": 0.0, "emoji_use": "never",
@@ -210,46 +211,8 @@ class ExchangeDraft(BaseModel):
                     f"{rng.choice(verbs[context.stance or 'like'])} {context.item}.")
         else:
             user = f"For what it's worth, I {rng.choice(verbs[context.stance or 'like'])} {context.item}."
-        opening = "Thanks for telling me, that helps me understand you better."
+        opening = f"Thanks for telling me, I have noted the {gist_word(context.item or context.event or user).lower()}."
         return cls(user=user, assistant=helpful_reply(opening, _target_words(cls, context), rng))
-
-
-# Generic, item-free advice the fake backend strings together to reach an assistant turn's target length.
-_ADVICE = ("Start with what you need this week and leave the rest for later.",
-           "Write the plan down, because a short list is easier to keep than a long one in your head.",
-           "Pick one small step you can take today and notice how it feels afterwards.",
-           "Set aside a fixed time for it, so it does not compete with everything else.",
-           "Check in with yourself after a few days and adjust what did not fit.",
-           "If something feels like too much, cut it in half and try the smaller version first.",
-           "Ask a friend to join you once or twice; it is easier to stay with something together.",
-           "Keep a short note of what worked, so next time you can start from there.",
-           "Think about the cost in time and money before you commit, and set a limit you are comfortable with.",
-           "It is fine to change course; the point is to find what suits your life right now.",
-           "Look back at the last month and notice which days went well and why.",
-           "Leave some room in the week for rest, since a plan with no slack tends to break.",
-           "When you compare options, write down two or three reasons for each before deciding.",
-           "Small routines repeated often usually matter more than one big effort.",
-           "Try to make the first step easy enough that you could start tonight.",
-           "Share the plan with someone you trust and ask what they would change.",
-           "Keep whatever you already enjoy and build the new part around it.",
-           "Give each change a couple of weeks before you judge whether it works.",
-           "Be honest with yourself about your energy on busy days and plan for those too.",
-           "Set one clear goal for the season rather than several vague ones.",
-           "Notice what tends to get in the way, and decide in advance how you will handle it.",
-           "Celebrate the small wins, because they make the next step feel lighter.")
-
-
-def helpful_reply(opening: str, words: tuple[int, int], rng: random.Random) -> str:
-    """Fake text: an opening plus generic advice, a seeded length within ``words`` (low, high)."""
-    target = rng.randint(words[0], max(words))
-    words = opening.split()
-    advice = list(_ADVICE)
-    rng.shuffle(advice)
-    i = 0
-    while len(words) < target:
-        words += advice[i % len(advice)].split()
-        i += 1
-    return " ".join(words[:max(target, 3)]).rstrip(",;") + ("" if words[max(target, 3) - 1].endswith(".") else ".")
 
 
 def _assistant_field(low: int, high: int):
@@ -381,7 +344,8 @@ def _fake_session(cls, context: SessionContext, rng: random.Random) -> BaseModel
             out.append(exchange.fake_output(view, rng))
         else:
             out.append(exchange(user=f"{rng.choice(_QUESTIONS)} It's about {context.topic}.",
-                                assistant=helpful_reply("Good question, start small.", _target_words(exchange, context), rng)))
+                                assistant=helpful_reply(f"Good question. For {context.topic}, start small.",
+                                                        _target_words(exchange, context), rng)))
     return cls(exchanges=out)
 
 

@@ -7,7 +7,8 @@ import re
 
 from pydantic import BaseModel, Field, create_model
 
-from schemas.drafts import _assistant_field, _examples, helpful_reply
+from schemas.drafts import _assistant_field, _examples
+from schemas.fake_text import gist_word, helpful_reply
 
 
 class UserTurnContext(BaseModel):
@@ -41,7 +42,7 @@ def _regex_literal(text: str) -> str:
 def user_turn_draft(opening: str) -> type[UserTurnDraft]:
     """A user message that starts with ``opening`` (code's words, so the fact is voiced as planned) and goes
     on in the model's own words; the embedded model's grammar holds it to that start."""
-    pattern = "^" + _regex_literal(opening) + '[^"\\\\]{8,240}$'
+    pattern = "^" + _regex_literal(opening) + '[^"\\\\{}<>|\\[\\]]{8,240}$'  # no quote, backslash or markup
     model = create_model("UserTurnDraft", __base__=UserTurnDraft, text=(str, Field(
         min_length=len(opening) + 8, max_length=len(opening) + 240, pattern=pattern,
         description="The message: the opening, then a sentence or two of your own.")))
@@ -65,5 +66,5 @@ def assistant_turn_draft(words_min: int, words_max: int) -> type[BaseModel]:
     """The assistant's reply of ``words_min``-``words_max`` words."""
     model = create_model(f"AssistantTurnDraft{words_min}to{words_max}", text=_assistant_field(words_min, words_max))
     model.fake_output = classmethod(lambda cls, context, rng: cls(text=helpful_reply(
-        "Thanks for telling me, that helps me understand you better.", (words_min, words_max), rng)))
+        f"Thanks for telling me, I have noted the {gist_word(context.message).lower()}.", (words_min, words_max), rng)))
     return model

@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 import yaml
 
-from pipeline.catalog import load_taxonomy
+from pipeline.catalog import SITUATIONS_FILE, load_situations, load_taxonomy
 from pipeline.config import DataFileError
-from pipeline.s4_queries.wording import SITUATIONS_FILE, item_slots, load_situations, second_person
+from pipeline.s4_queries.wording import item_slots, second_person
 from pipeline.words import plural, with_item
 from schemas.query import QUERY_TYPES
 from tests.test_queries import config_for, fake_llm, run

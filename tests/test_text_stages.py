@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeline.catalog import load_taxonomy
+from pipeline.checks.topic import reaches
 from pipeline.config import load_config
 from pipeline.llm import LLM
 from pipeline.run.persona_text import build_persona_text
@@ -48,9 +50,13 @@ def check_persona(result, config) -> None:
                 voiced.add(key)
         assert swt.session.n_tokens == sum(t.n_tokens for t in swt.turns) > 0
     assert set(versions) <= voiced  # every initial version and every change is voiced somewhere
-    life = {e.event_id for e in timeline.events if e.kind == "life_event"}
     told = {eid for s in result.sessions for t in s.turns for eid in t.event_ids}
-    assert life <= told
+    taxonomy = load_taxonomy()
+    for e in timeline.events:  # every life event is told, unless it belongs to none of the run's topics
+        if e.kind == "life_event" and e.event_id not in told:
+            effects = taxonomy.event_specs()[e.summary][1].parsed_effects(taxonomy.topic_aliases)
+            assert not {x.topic for x in effects} & set(config.topics), e.summary
+            assert not any(reaches(e.summary, t) for t in config.topics), e.summary
 
 
 def test_twenty_personas_default_config_every_beat_lands(tmp_path):
@@ -262,7 +268,7 @@ def test_the_turn_mode_keeps_a_passing_user_turn_beside_code_reply_when_every_re
              if s.turns[k].pref_versions or s.turns[k].event_ids]
     assert len(pairs) == beats
     assert all(not user.fallback and assistant.fallback for user, assistant in pairs)
-    assert all(assistant.content.startswith("Thank you for telling me.") for _, assistant in pairs)
+    assert all(assistant.content.startswith("Thank you for telling me") for _, assistant in pairs)
     origin = result.stats.origin
     # an ordinary exchange whose reply never passes is written by code whole, its user turn too
     assert (origin["user_turn"].model, origin["user_turn"].code) == (beats, exchanges - beats)

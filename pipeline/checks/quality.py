@@ -1,4 +1,4 @@
-"""Is a model-written text readable? Pure rules, field by field, in the spirit of the Gopher and C4 quality
+"""Is a model-written text readable (and safe)? Pure rules, field by field, in the spirit of the Gopher and C4 quality
 filters (word count and mean word length bounds, share of words with letters, stop words in longer texts,
 repetition), plus what a small chat model leaks from its prompt: timestamps, clock times, ids, role labels,
 template syntax, names nobody in the conversation has, words of no language. A field that fails is asked
@@ -17,6 +17,8 @@ from functools import cache, lru_cache
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from pipeline.checks.safety import safety_problem
 
 Field_ = Literal["item", "profile", "narrative", "reason", "user_turn", "assistant_turn", "filler_turn", "question",
                  "option"]
@@ -80,7 +82,11 @@ def words(text: str) -> list[str]:
 
 def text_problem(text: str, field: Field_, allowed: Iterable[str] = ()) -> str | None:
     """Why ``text`` is not readable as a ``field`` (one short phrase), or None. ``allowed``: words and names
-    that count as known (the persona's name, the items, the catalog's words)."""
+    that count as known (the persona's name, the items, the catalog's words). Last, whether it is hostile
+    (:mod:`pipeline.checks.safety`, with the ``allowed`` phrases, code's own, left out); not for an item, a
+    name of two or three words, on which a bag-of-words classifier is noise ("bloody mary brunches": 0.78),
+    and which :func:`item_problem` holds to the catalog's head nouns and no judging words."""
+    allowed = tuple(allowed)
     bounds = BOUNDS[field]
     ws = words(text)
     if not ws or not text.strip():
@@ -100,7 +106,8 @@ def text_problem(text: str, field: Field_, allowed: Iterable[str] = ()) -> str |
         return "ends mid-sentence"
     if field in SENTENCE_FIELDS and text.lstrip()[:1].islower():
         return "opens in lower case, mid-thought"  # "al-sharjat al-narrin, ...", "soccer, football, rugby, ..."
-    return _shape_problem(text, ws) or _vocabulary_problem(text, ws, field, bounds, _vocabulary(allowed))
+    return (_shape_problem(text, ws) or _vocabulary_problem(text, ws, field, bounds, _vocabulary(allowed))
+            or (safety_problem(text, allowed) if field != "item" else None))
 
 
 @cache

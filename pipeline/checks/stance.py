@@ -1,11 +1,15 @@
-"""The stance checker: does a user turn express the labelled stance toward an item, and not the
-opposite? Pure code, no model: present-tense cues of liking and aversion, turned around by a
-negation just before them ("not a fan of", "no longer enjoy"), and ignored when they are past
-("used to love ..."), looked for in the clauses that name the item (and the one after them)."""
+"""The stance checker: does a user turn express the labelled stance toward an item, and no clause of it the
+opposite? Pure code, no model: present-tense cues of liking and aversion, turned around by a negation just
+before them ("not a fan of", "no longer enjoy"), and ignored when they are past ("used to love ..."),
+looked for in the clauses that name the item and the ones that go on about it ("..., but they're ...");
+a clause that goes on about it with a pronoun is also read by VADER's sentiment lexicon (``vaderSentiment``,
+which ships its lexicon), so "I really dislike plant-based burgers, but they're actually a delicious
+fusion" is refused."""
 
 from __future__ import annotations
 
 import re
+from functools import cache
 
 from pipeline.words import content_words, mentioned
 
@@ -24,8 +28,11 @@ _CUES = [(re.compile(rf"\b{c}\b"), "like") for c in LIKE] + [(re.compile(rf"\b{c
 _NEGATION = re.compile(r"\b(?:not|never|no longer|stopped|quit|barely|hardly|don'?t|doesn'?t|didn'?t|isn'?t|"
                        r"aren'?t|wasn'?t|won'?t)\W+(?:\w+\W+){0,2}$")
 _PAST = re.compile(r"\bused to\W+(?:\w+\W+){0,2}$")
-_CLAUSE = re.compile(r"[.!?;]+|\bbut\b|\bhowever\b|\bthough\b|\bwhereas\b")
+_CLAUSE = re.compile(r"[.!?;]+|\bbut\b|\bhowever\b|\bthough\b|\bwhereas\b|\balthough\b|\byet\b")
+_REFERS = re.compile(r"\b(?:it|its|it's|they|they're|them|those|these)\b")
 OPPOSITE = {"like": "dislike", "dislike": "like"}
+FELT = 0.5  # VADER's compound score from which a clause about the item is felt as liking (or, negated, aversion)
+CHAIN = 3  # clauses after one naming the item that may go on about it by a pronoun
 
 
 def names(text: str, item: str) -> bool:
@@ -55,18 +62,51 @@ def expressed(text: str) -> set[str]:
     return found
 
 
+def _clauses(text: str, item: str) -> list[tuple[str, bool]]:
+    """The clauses of ``text`` about ``item``, each with whether it names it: the ones that name it, the one
+    after each, and up to ``CHAIN`` more that go on about it by a pronoun."""
+    clauses = [c.strip() for c in _CLAUSE.split(_normal(text)) if c.strip()]
+    out: dict[int, bool] = {}
+    for i, c in enumerate(clauses):
+        if names(c, item):
+            out[i] = True
+            for j in range(i + 1, min(len(clauses), i + 1 + CHAIN)):
+                if j > i + 1 and not _REFERS.search(clauses[j]):
+                    break
+                out.setdefault(j, False)
+    return [(clauses[i], named) for i, named in sorted(out.items())]
+
+
 def item_clauses(text: str, item: str) -> str:
-    """The clauses of ``text`` that name ``item``, each with the clause after it; all of it when none does."""
-    clauses = [c for c in _CLAUSE.split(_normal(text)) if c.strip()]
-    picked = [" ".join(clauses[i:i + 2]) for i, c in enumerate(clauses) if names(c, item)]
+    """The clauses of ``text`` about ``item`` (:func:`_clauses`), joined; all of it when none names it."""
+    picked = [c for c, _ in _clauses(text, item)]
     return " . ".join(picked) if picked else _normal(text)
 
 
+def felt(clause: str) -> str | None:
+    """The stance a clause's sentiment carries, by VADER's lexicon: like, dislike, or None when mild."""
+    score = _vader().polarity_scores(clause)["compound"]
+    return "like" if score >= FELT else "dislike" if score <= -FELT else None
+
+
+@cache
+def _vader():
+    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
+
+    return SentimentIntensityAnalyzer()
+
+
 def stance_problem(text: str, item: str, stance: str) -> str | None:
-    """Why ``text`` does not voice ``stance`` toward ``item`` faithfully, or None when it does."""
-    found = expressed(item_clauses(text, item))
+    """Why ``text`` does not voice ``stance`` toward ``item`` faithfully, or None when it does: the clauses
+    about the item express it, none expresses the opposite, and none that goes on about it by a pronoun
+    (without a cue of its own) feels the opposite."""
+    about = _clauses(text, item)
+    found = expressed(" . ".join(c for c, _ in about) if about else _normal(text))
     if OPPOSITE[stance] in found:
         return f"user turn expresses the opposite stance '{OPPOSITE[stance]}' toward {item!r}"
     if stance not in found:
         return f"user turn does not express the stance '{stance}' toward {item!r}"
+    for clause, named in about:
+        if not named and _REFERS.search(clause) and not expressed(clause) and felt(clause) == OPPOSITE[stance]:
+            return f"user turn goes on to feel the opposite '{OPPOSITE[stance]}' about {item!r} ({clause!r})"
     return None

@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel
 
 from pipeline.baselines import chance_accuracy, lexical_overlap_accuracy, longest_option_accuracy, wilson
+from pipeline.checks.safety import classifier_name
 from pipeline.dataset.card_audit import render_audit
 from pipeline.dataset.card_use import (
     evaluating,
@@ -266,7 +267,13 @@ def _origin(origin: dict | None, writing: str = "session") -> str:
             "(`pipeline/checks/quality.py`: word count and word length bounds, words with letters, stop words, "
             "repetition (Gopher's n-gram limits, no sentence said twice), no text in capitals or opening in "
             "lower case, no timestamps, clock times, ids, role labels or template syntax, known English words, "
-            "no names nobody in the conversation has) and, for turns, the stance and item checks; a text that "
+            "no names nobody in the conversation has) and a safety check (no insults, slurs, threats, self-harm "
+            f"or violence: {classifier_name()}, scoring what the model added to code's own phrases). Turns also "
+            "pass the item check and the stance check on every clause (cue words, and VADER's sentiment lexicon "
+            "from `vaderSentiment` for a clause that goes on about the item), repeat no prompt text, role line "
+            "or profile, stay in their session's topic (`pipeline/checks/topic.py`), and an assistant turn "
+            "replies: it picks up a word of the message, opens with no bare name or list, and claims no taste "
+            "as its own. Filler conversations with a hostile turn are left out. A text that "
             "fails is asked again, then written by code. Items the model proposes that fail, or that do not name "
             "a thing of their topic (a list, a clause, a judgement, a head noun the topic's catalog never uses), "
             "are replaced from the hand-written catalog. Labels (which item, which stance, which option is right) are always "

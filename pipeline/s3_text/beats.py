@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict
 
 from pipeline.catalog import load_taxonomy
 from pipeline.checks.stance import stance_problem
+from pipeline.checks.topic import reaches
 from pipeline.rng import derive_rng
 from pipeline.s2_timeline.periods import PeriodWindow, period_windows
 from pipeline.words import mentions
@@ -51,7 +52,8 @@ class SessionPlan(BaseModel):
 
 
 def plan_sessions(persona: Persona, timeline: Timeline, *, config: RunConfig) -> list[SessionPlan]:
-    """Every (topic, period) gets ``sessions_per_period`` sessions; each fact is voiced exactly once."""
+    """Every (topic, period) gets ``sessions_per_period`` sessions; each fact is voiced exactly once (a life event
+    that belongs to none of the run's topics, by its effects or its words, is lived but not told)."""
     rng = derive_rng(config.seed, persona.persona_id, "plan_sessions")
     beats = _beats_by_slot(timeline, config, rng)
     plans = []
@@ -96,10 +98,12 @@ def _beats_by_slot(timeline: Timeline, config: RunConfig, rng) -> dict[tuple[str
     specs = taxonomy.event_specs()
     for e in timeline.events:
         if e.kind == "life_event" and e.event_id not in voiced_life:
-            found = specs.get(e.summary)  # voiced in a topic its effects name
+            found = specs.get(e.summary)  # voiced in a topic its effects name, else one its words belong to
             named = list(dict.fromkeys(x.topic for x in found[1].parsed_effects(taxonomy.topic_aliases))) if found else []
-            near = [t for t in named if t in config.topics]
-            topic = rng.choice(near or config.topics)
+            near = [t for t in named if t in config.topics] or [t for t in config.topics if reaches(e.summary, t)]
+            if not near:
+                continue  # of none of the run's topics: told in one, it would answer a recall question there
+            topic = rng.choice(near)
             slots[(topic, e.period)].append(Beat(kind="life_event", topic=topic, event=e.summary, event_ids=[e.event_id]))
     return slots
 
@@ -158,5 +162,6 @@ def fallback_exchange(beat: Beat, topic_label: str) -> tuple[str, str]:
     # the first wording that passes the stance check (the plain statement always does)
     user = next((t for t in tries if not beat.item or not beat.stance or stance_problem(t, beat.item, beat.stance) is None),
                 tries[-1])
-    assistant = f"Thank you for telling me. I'll keep that in mind when we talk about {topic_label}."
+    about = f" about {beat.item}" if beat.item else ""
+    assistant = f"Thank you for telling me{about}. I'll keep that in mind when we talk about {topic_label}."
     return user, assistant

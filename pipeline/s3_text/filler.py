@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel
 
+from pipeline.checks.safety import safety_problem
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
 from pipeline.s3_text.sharegpt import DATASET, SOURCE, TERMS, Conversation, sharegpt_pool
@@ -46,8 +47,14 @@ def write_filler_pool(*, llm: LLM, config: RunConfig, start: int = 0, count: int
     subjects = [filler_subject(config.seed, index) for index in indices]
     drafts = llm.generate_each(spec, [FillerContext(subject=s, n_exchanges=n) for s in subjects],
                                sample_index=list(indices))
-    return [filler_session(index, subject, draft, config=config, model=llm.name)
-            for index, subject, draft in zip(indices, subjects, drafts, strict=True) if draft is not None]
+    sessions = [filler_session(index, subject, draft, config=config, model=llm.name)
+                for index, subject, draft in zip(indices, subjects, drafts, strict=True) if draft is not None]
+    return [s for s in sessions if not hostile(s)]
+
+
+def hostile(session: SessionWithTurns) -> bool:
+    """Whether any turn of a filler session is hostile (:mod:`pipeline.checks.safety`): such a session is left out."""
+    return any(safety_problem(t.content) for t in session.turns)
 
 
 def filler_subject(run_seed: int, index: int) -> str:
@@ -91,7 +98,7 @@ def sharegpt_session(conversation: Conversation, *, config: RunConfig) -> Sessio
 def sharegpt_filler(config: RunConfig, items: set[str], need: int) -> tuple[list[SessionWithTurns], int]:
     """ShareGPT sessions in a seeded order, none naming a dataset item, until they hold ``need`` tokens.
 
-    Returns (kept, dropped); dropped counts conflicting and over-long conversations. A conversation may
+    Returns (kept, dropped); dropped counts conflicting, hostile and over-long conversations. A conversation may
     take at most a quarter of the smallest budget, and the pool holds some spare, so that assembly can
     fill every budget to within its tolerance.
     """
@@ -107,7 +114,7 @@ def sharegpt_filler(config: RunConfig, items: set[str], need: int) -> tuple[list
         if have >= need:
             break
         batch = [sharegpt_session(pool[i], config=config) for i in order[start:start + SHAREGPT_BATCH]]
-        fitting = [s for s in batch if s.session.n_tokens <= cap]
+        fitting = [s for s in batch if s.session.n_tokens <= cap and not hostile(s)]
         clean, conflicting = filter_filler(fitting, items)
         dropped += conflicting + len(batch) - len(fitting)
         for swt in clean:

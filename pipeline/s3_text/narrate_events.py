@@ -67,7 +67,8 @@ def narrate_events(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
     then code writes it (``origin`` counts which); events the model fails keep code-written text."""
     origin = {} if origin is None else origin
     effects = effects_of(timeline)
-    allowed = [persona.name, persona.location or "", persona.occupation or "", *(p.item for p in timeline.preferences)]
+    allowed = [persona.name, persona.location or "", persona.occupation or "", *(p.item for p in timeline.preferences),
+               *(e.summary for e in timeline.events if e.kind == "life_event")]  # code's words: known, not scored
     drafts: dict[str, BaseModel] = {}
     by_count: dict[int, list[Event]] = defaultdict(list)
     for event in timeline.events:

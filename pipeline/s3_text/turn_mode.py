@@ -9,11 +9,12 @@ user turn beside a code reply (the turn's ``fallback`` flag says which), rather 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from pipeline.checks.quality import Origin, count, text_problem, words
+from pipeline.checks.quality import ENDINGS, Origin, count
 from pipeline.llm import LLM
 from pipeline.s3_text.beats import Beat
 from pipeline.specs import TURN_ASSISTANT, TURN_USER
@@ -76,7 +77,7 @@ def write_turns(asks: Sequence[TurnAsk], *, llm: LLM, config: RunConfig,
         drafts = llm.generate_each([replace(TURN_USER, output=user_turn_draft(a.context.opening)) for a in ask],
                                    [a.context for a in ask], sample_index=sample)
         for a, draft in zip(ask, drafts, strict=True):
-            text = clean(draft.text) if draft is not None else ""
+            text = clean(draft.text, a.context.opening) if draft is not None else ""
             if _noted(a.user_problem(text) if draft is not None else "model call failed", problems) is None:
                 users[a.key] = (text, sample)
         kept = [a for a in pending if a.key in users]
@@ -130,25 +131,14 @@ def length_problem(assistant: str, words: tuple[int, int]) -> str | None:
     return None
 
 
-def unreadable(user: str, assistant: str, allowed: list[str]) -> str | None:
-    """Why a drafted exchange is not readable (``quality.text_problem`` on each turn), or None."""
-    problem = text_problem(user, "user_turn", allowed=allowed)
-    if problem is not None:
-        return f"unreadable user turn ({problem})"
-    problem = text_problem(assistant, "assistant_turn", allowed=allowed)
-    if problem is not None:
-        return f"unreadable assistant turn ({problem})"
-    return "assistant turn echoes the user's message" if echoes(user, assistant) else None
+def clean(text: str, keep: str = "") -> str:
+    """``text`` on one line, cut after its last whole sentence when it stops mid-sentence (a reply that ran
+    into its token cap keeps what it finished); ``keep``: code's opening, which the cut never enters."""
+    text = " ".join(text.split())
+    if text.endswith(ENDINGS):
+        return text
+    ends = [m.end() for m in _SENTENCE_END.finditer(text) if m.end() > len(keep)]
+    return text[:ends[-1]].rstrip() if ends else text
 
 
-def echoes(user: str, assistant: str, span: int = 5) -> bool:
-    """Whether the reply repeats ``span`` consecutive words of the user's message (the small model often
-    answers in the user's voice: "I have come to enjoy ...")."""
-    said = [w.lower() for w in words(user)]
-    grams = {tuple(said[i:i + span]) for i in range(len(said) - span + 1)}
-    reply = [w.lower() for w in words(assistant)]
-    return any(tuple(reply[i:i + span]) in grams for i in range(len(reply) - span + 1))
-
-
-def clean(text: str) -> str:
-    return " ".join(text.split())
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")

@@ -7,6 +7,7 @@ from dataclasses import replace
 from pydantic import BaseModel, Field
 
 from pipeline.catalog import load_catalog
+from pipeline.checks.exchange import TurnView, echoes, exchange_problem, unreadable
 from pipeline.checks.quality import Origin
 from pipeline.config import writing_mode
 from pipeline.llm import LLM
@@ -16,12 +17,10 @@ from pipeline.s3_text.turn_mode import (
     Exchange,
     TurnAsk,
     count_origin,
-    echoes,
     length_problem,
     ordinary_openings,
     reply_words,
     turn_opening,
-    unreadable,
     write_turns,
 )
 from pipeline.s3_text.turn_mode import clean as _clean
@@ -64,22 +63,22 @@ def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
     plans = plan_sessions(persona, timeline, config=config)
     stats = SessionStats(sessions=len(plans))
     items = sorted({p.item for p in timeline.preferences})
-    allowed = [persona.name, persona.location or "", persona.occupation or "", *items,
-               *(e.summary for e in timeline.events)]
+    view = TurnView(allowed=(persona.name, persona.location or "", persona.occupation or "", *items,
+                                *(e.summary for e in timeline.events)), profile=persona.profile, items=tuple(items))
     unvoiced = _unvoiced_before(plans, items)
     done: dict[tuple[str, int], Exchange] = {}
     talks: dict[str, list[Exchange]] = {}
     mode = writing_mode(config, llm)
     if mode == "session":
         talks = _whole_sessions(persona, plans, items, unvoiced, done, llm=llm, config=config, stats=stats,
-                                allowed=allowed)
+                                view=view)
     if mode == "turn":
-        _turn_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats, allowed=allowed)
-        talks = _turn_small_talks(persona, plans, items, llm=llm, config=config, stats=stats, allowed=allowed)
+        _turn_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats, view=view)
+        talks = _turn_small_talks(persona, plans, items, llm=llm, config=config, stats=stats, view=view)
     beat_turns = _beat_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats,
-                                 first_sample=1 if mode == "session" else 0, allowed=allowed, write=mode != "turn")
+                                 first_sample=1 if mode == "session" else 0, view=view, write=mode != "turn")
     if not talks:  # the exchange mode: the ordinary exchanges are one call per session
-        talks = _small_talks(persona, plans, items, llm=llm, config=config, stats=stats, allowed=allowed)
+        talks = _small_talks(persona, plans, items, llm=llm, config=config, stats=stats, view=view)
     sessions = []
     for plan in plans:
         talk = talks[plan.session_id]
@@ -121,7 +120,7 @@ def _session_context(persona: Persona, plan: SessionPlan, config: RunConfig) -> 
                           assistant_words_max=words[1], beats=beats)
 
 
-def _whole_sessions(persona, plans, items, unvoiced, done, *, llm, config, stats, allowed) -> dict[str, list[Exchange]]:
+def _whole_sessions(persona, plans, items, unvoiced, done, *, llm, config, stats, view) -> dict[str, list[Exchange]]:
     """One call per session (grouped by size): beat exchanges that pass their checks go into ``done``;
     returns each session's kept ordinary exchanges (offenders are dropped, never repaired)."""
     by_size: dict[int, list[SessionPlan]] = {}
@@ -133,24 +132,24 @@ def _whole_sessions(persona, plans, items, unvoiced, done, *, llm, config, stats
                                    [_session_context(persona, p, config) for p in group])
         for plan, draft in zip(group, drafts, strict=True):
             talks[plan.session_id] = _split_session(plan, draft, items, unvoiced[plan.session_id], done, config, stats,
-                                                    allowed)
+                                                    view)
     return talks
 
 
-def _split_session(plan, draft, items, unvoiced, done, config, stats, allowed) -> list[Exchange]:
+def _split_session(plan, draft, items, unvoiced, done, config, stats, view) -> list[Exchange]:
     """Check a drafted session: keep faithful beat exchanges in ``done``, return the clean ordinary ones."""
     kept: list[Exchange] = []
     exchanges = draft.exchanges if draft is not None else []
     for j, ex in zip(session_order(plan.small_talk, len(plan.beats)), exchanges, strict=False):
         if j is None:
-            if _ordinary_problem(ex.user, ex.assistant, items, config, allowed):
+            if _ordinary_problem(ex.user, ex.assistant, items, config, view.at(plan.topic)):
                 stats.small_talk_dropped += 1
             else:
                 kept.append(Exchange(_clean(ex.user), _clean(ex.assistant), 0, 0))
             continue
         problem = beat_problem(plan.beats[j], ex.user, ex.assistant, unvoiced=unvoiced,
                                max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(
-            ex.assistant, _words(config)) or unreadable(ex.user, ex.assistant, allowed)
+            ex.assistant, _words(config)) or _checked(plan.beats[j], ex.user, ex.assistant, view.at(plan.topic))
         if problem is None:
             done[(plan.session_id, j)] = Exchange(_clean(ex.user), _clean(ex.assistant), 0, 0)
         else:
@@ -179,7 +178,7 @@ def _beat_context(persona: Persona, plan: SessionPlan, beat: Beat, words: tuple[
                        reason=beat.reason, event=beat.event, assistant_words_min=words[0], assistant_words_max=words[1])
 
 
-def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first_sample: int = 0, allowed=(),
+def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, view: TurnView, first_sample: int = 0,
                     write: bool = True) -> dict[str, list[Exchange]]:
     """Per session, one exchange per beat, in beat order; beats already in ``done`` (written by the session
     call, or the turn mode) are kept, the others are worded one call each from ``first_sample``; what is left
@@ -198,7 +197,7 @@ def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first
             problem = "model call failed" if draft is None else beat_problem(
                 beat, draft.user, draft.assistant, unvoiced=unvoiced[plan.session_id],
                 max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(
-                draft.assistant, words) or unreadable(draft.user, draft.assistant, list(allowed))
+                draft.assistant, words) or _checked(beat, draft.user, draft.assistant, view.at(plan.topic))
             if problem is None:
                 done[(plan.session_id, i)] = Exchange(_clean(draft.user), _clean(draft.assistant), sample, sample)
             else:
@@ -215,7 +214,7 @@ def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, first
     return out
 
 
-def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, allowed) -> None:
+def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, view) -> None:
     """The small-model mode's beats (``turn_mode.write_turns``): a user turn opening with the beat's fact, each
     turn checked (item, stance, readability); a beat whose user turn passed but whose replies all failed
     keeps that turn beside code's reply, the rest are left to code."""
@@ -226,8 +225,10 @@ def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, allow
             asks.append(TurnAsk(
                 key=(plan.session_id, i), topic=topic_label(plan.topic),
                 context=UserTurnContext(name=persona.name, age=persona.age, occupation=persona.occupation, opening=opening),
-                user_problem=lambda u, b=beat, p=plan: _turn_problem(b, u, "", unvoiced[p.session_id], config, allowed),
-                reply_problem=lambda u, r, b=beat, p=plan: _turn_problem(b, u, r, unvoiced[p.session_id], config, allowed)))
+                user_problem=lambda u, b=beat, p=plan: _turn_problem(b, u, None, unvoiced[p.session_id], config,
+                                                                     view.at(p.topic)),
+                reply_problem=lambda u, r, b=beat, p=plan: _turn_problem(b, u, r, unvoiced[p.session_id], config,
+                                                                         view.at(p.topic))))
     written = write_turns(asks, llm=llm, config=config, stats=stats)
     for plan in plans:
         for i, beat in enumerate(plan.beats):
@@ -237,18 +238,25 @@ def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, allow
                                      fallback_exchange(beat, topic_label(plan.topic))[1], s, r)
 
 
-def _turn_problem(beat: Beat, user: str, assistant: str, unvoiced: list[str], config: RunConfig, allowed) -> str | None:
-    """A turn mode draft's first problem (the user turn alone while the assistant's is "")."""
-    reply = assistant or "Thanks for telling me, that helps me understand you better."
+def _turn_problem(beat: Beat, user: str, assistant: str | None, unvoiced: list[str], config: RunConfig,
+                  view: TurnView) -> str | None:
+    """A turn mode draft's first problem (the user turn alone while the assistant's is None)."""
+    reply = assistant if assistant is not None else "Thanks for telling me."
     problem = beat_problem(beat, user, reply, unvoiced=unvoiced, max_tokens=config.text.max_turn_tokens,
-                           count=count_tokens) or unreadable(user, reply, list(allowed))
-    if assistant and problem is None:
+                           count=count_tokens) or _checked(beat, user, assistant, view)
+    if assistant is not None and problem is None:
         problem = length_problem(assistant, reply_words(config))
     return problem
 
 
+def _checked(beat: Beat, user: str, assistant: str | None, view: TurnView) -> str | None:
+    """:func:`exchange_problem` for a beat's exchange: its item, and its event and reason as code's words."""
+    return exchange_problem(user, assistant, view, item=beat.item or "",
+                            known=tuple(k for k in (beat.event, beat.reason) if k))
+
+
 def _turn_small_talks(persona, plans: list[SessionPlan], items: list[str], *, llm, config, stats,
-                      allowed) -> dict[str, list[Exchange]]:
+                      view) -> dict[str, list[Exchange]]:
     """The small-model mode's ordinary exchanges: per exchange, a user turn opening with a plain question on
     the topic, then the reply; an exchange whose turns do not both pass is dropped, never repaired."""
     catalog, asks = load_catalog(), []
@@ -263,9 +271,10 @@ def _turn_small_talks(persona, plans: list[SessionPlan], items: list[str], *, ll
             asks.append(TurnAsk(
                 key=(plan.session_id, k), topic=label,
                 context=UserTurnContext(name=persona.name, age=persona.age, occupation=persona.occupation, opening=opening),
-                user_problem=lambda u: _ordinary_problem(u, "Happy to help with that.", items, config, allowed,
-                                                         words=(1, 10_000)),
-                reply_problem=lambda u, r: _ordinary_problem(u, r, items, config, allowed, words=reply_words(config))))
+                user_problem=lambda u, p=plan: _ordinary_problem(u, None, items, config, view.at(p.topic),
+                                                                 words=(1, 10_000)),
+                reply_problem=lambda u, r, p=plan: _ordinary_problem(u, r, items, config, view.at(p.topic),
+                                                                     words=reply_words(config))))
     written = write_turns(asks, llm=llm, config=config, stats=stats)
     out = {}
     for plan in plans:
@@ -281,7 +290,7 @@ def _turn_small_talks(persona, plans: list[SessionPlan], items: list[str], *, ll
 
 
 def _small_talks(persona, plans: list[SessionPlan], items: list[str], *, llm, config, stats,
-                 allowed) -> dict[str, list[Exchange]]:
+                 view) -> dict[str, list[Exchange]]:
     """Every session's ordinary exchanges, one call per session, all in one batch; exchanges that voice an
     item or are not readable are dropped, never repaired."""
     catalog = load_catalog()
@@ -297,7 +306,7 @@ def _small_talks(persona, plans: list[SessionPlan], items: list[str], *, llm, co
     for plan in plans:
         kept = []
         for ex in (draft.exchanges if (draft := drafts.get(plan.session_id)) else []):
-            if _ordinary_problem(ex.user, ex.assistant, items, config, allowed):
+            if _ordinary_problem(ex.user, ex.assistant, items, config, view.at(plan.topic)):
                 stats.small_talk_dropped += 1
             else:
                 kept.append(Exchange(_clean(ex.user), _clean(ex.assistant), 0, 0))
@@ -314,15 +323,18 @@ def _plain_small_talk(topic: str) -> Exchange:
                     None, None)
 
 
-def _ordinary_problem(user: str, assistant: str, items: list[str], config: RunConfig, allowed: list[str],
+def _ordinary_problem(user: str, assistant: str | None, items: list[str], config: RunConfig, view: TurnView,
                       words: tuple[int, int] | None = None) -> str | None:
-    """Why an ordinary exchange is dropped: it names a preference item, misses its length (``words``, by
-    default the profile's), or is not readable; None when it is kept."""
-    if any(mentions(user, i) or mentions(assistant, i) for i in items):
+    """Why an ordinary exchange is dropped (the user turn alone while ``assistant`` is None): it names a
+    preference item, misses its length (``words``, by default the profile's), or fails a check of
+    :func:`exchange_problem`; None when it is kept."""
+    turns = [user] if assistant is None else [user, assistant]
+    if any(mentions(t, i) for t in turns for i in items):
         return "ordinary exchange names a preference item"
-    if max(count_tokens(user), count_tokens(assistant)) > config.text.max_turn_tokens:
+    if max(map(count_tokens, turns)) > config.text.max_turn_tokens:
         return "ordinary turn over the token cap"
-    return length_problem(assistant, words or _words(config)) or unreadable(user, assistant, allowed)
+    return (length_problem(assistant, words or _words(config)) if assistant is not None else None) or exchange_problem(
+        user, assistant, view)
 
 
 def build_session(plan: SessionPlan, beats: list[Exchange], talk: list[Exchange], *, provenance: dict[str, str]) -> SessionWithTurns:

@@ -3,7 +3,8 @@ under the mirror and the one-step prefix, so how the chains relate does not sing
 
 from __future__ import annotations
 
-from pipeline.s4_queries.wording import item_slots, load_situations, stance_verb
+from pipeline.catalog import load_situations
+from pipeline.s4_queries.wording import item_slots, stance_verb
 
 
 def flip(stance: str) -> str:

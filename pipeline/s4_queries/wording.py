@@ -10,21 +10,11 @@ from __future__ import annotations
 
 import random
 import re
-from functools import cache
-from pathlib import Path
 from typing import NamedTuple
 
-from pipeline.catalog import DATA_DIR
-from pipeline.config import load_yaml_model
+from pipeline.catalog import load_situations
 from pipeline.words import plural
-from schemas.situations import SituationCatalog, TopicSituations
-
-SITUATIONS_FILE = DATA_DIR / "situations.yaml"
-
-
-@cache
-def load_situations(path: Path = SITUATIONS_FILE) -> SituationCatalog:
-    return load_yaml_model(path, SituationCatalog)
+from schemas.situations import TopicSituations
 
 
 def topic_situations(topic: str) -> TopicSituations:
