@@ -180,10 +180,10 @@ def test_a_judge_that_always_knows_drops_every_query_with_its_reason(tmp_path, m
     monkeypatch.setattr(gq, "judge_hits", lambda query, judge, settings, rng: settings.judge_shuffles)
     ((_, queries, stats),) = run(config, llm, judge=llm)
     # every query the wording gates let through reaches the judge, which drops it; one whose code wording fails the
-    # length gate first is dropped there, before any judge
+    # length or overlap gate first is dropped there, before any judge
     assert queries == [] and sum(stats.drops.values()) == stats.planned and stats.drops["judge"] >= stats.planned - 2
-    assert set(stats.drops) <= {"judge", "length"}
-    assert all(reason.startswith(("judge:", "length:")) for reason in stats.dropped.values())
+    assert set(stats.drops) <= {"judge", "length", "overlap"}
+    assert all(reason.startswith(("judge:", "length:", "overlap:")) for reason in stats.dropped.values())
 
 
 def test_a_chance_level_judge_keeps_queries_and_is_recorded(tmp_path):
