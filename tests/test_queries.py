@@ -419,7 +419,7 @@ def test_recall_distractors_are_of_the_answers_kind(fifty):
         generic = [o.grounding[0].removeprefix("taxonomy:") for o in q.options if o.role == "generic"]
         assert generic and all(s in lives for s in generic), generic
         checked += 1
-    assert checked > 20
+    assert checked >= 10  # life events are told only in a topic they belong to: fewer in a two-topic run
 
 
 def _source(topic: str, item: str) -> str:

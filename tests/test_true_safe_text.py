@@ -12,7 +12,7 @@ from pipeline.checks.exchange import TurnView, exchange_problem
 from pipeline.checks.quality import text_problem
 from pipeline.checks.replies import reply_problem
 from pipeline.checks.safety import HOSTILE, classifier_name, hostility, safety_problem
-from pipeline.checks.stance import stance_problem
+from pipeline.checks.stance import attributed_problem, stance_problem
 from pipeline.checks.topic import reaches, topic_problem
 from pipeline.s3_text.filler import hostile
 from schemas.conversation import Session, SessionWithTurns, Turn
@@ -32,6 +32,19 @@ def test_a_clause_that_goes_on_to_praise_a_disliked_item_is_refused():
     # a cue in a later clause about the item ("... I love them") is read too, not only the first clause
     assert "opposite" in stance_problem("I really dislike sushi counters. Honestly though, I love them.",
                                         "sushi counters", "dislike")
+
+
+def test_praise_without_a_cue_word_and_a_reply_that_turns_the_users_stance_are_refused():
+    praised = ("Honestly, I really dislike Peruvian ceviche. Can't imagine a better dish than your homemade version "
+               "with coconut butter and cilantro.")
+    assert "opposite stance 'like'" in stance_problem(praised, "Peruvian ceviche", "dislike")
+    wrong = "Hola! I'm so glad to hear that you enjoyed Peruvian ceviche! Have you tried the local version?"
+    assert "opposite 'like'" in attributed_problem(wrong, "Peruvian ceviche", "dislike")
+    assert attributed_problem("Since you no longer enjoy Peruvian ceviche, try grilled fish.", "Peruvian ceviche",
+                              "dislike") is None
+    view = TurnView(allowed=("Peruvian ceviche",), items=("Peruvian ceviche",), topic="foodRecommendation")
+    user = "Honestly, I really dislike Peruvian ceviche. The lime is too sharp for me."
+    assert "opposite" in exchange_problem(user, wrong, view, item="Peruvian ceviche", stance="dislike")
 
 
 # -- 2. no echo of the prompt, a role line or the profile ------------------------------------------------

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from pipeline.checks.echo import echo_problem
 from pipeline.checks.quality import text_problem, words
 from pipeline.checks.replies import reply_problem
+from pipeline.checks.stance import attributed_problem
 from pipeline.checks.topic import topic_problem
 
 
@@ -42,9 +43,10 @@ def turn_problem(text: str, role: str, view: TurnView, *, item: str = "", known:
     return f"{role} turn {problem}" if problem else None
 
 
-def exchange_problem(user: str, assistant: str | None, view: TurnView, *, item: str = "",
+def exchange_problem(user: str, assistant: str | None, view: TurnView, *, item: str = "", stance: str = "",
                      known: tuple[str, ...] = ()) -> str | None:
-    """The first problem of an exchange (of the user turn alone while ``assistant`` is None), or None."""
+    """The first problem of an exchange (of the user turn alone while ``assistant`` is None), or None.
+    ``stance``: the user's stance toward ``item`` in this exchange, which the reply may not turn around."""
     problem = turn_problem(user, "user", view, item=item, known=known)
     if problem is not None or assistant is None:
         return problem
@@ -53,7 +55,8 @@ def exchange_problem(user: str, assistant: str | None, view: TurnView, *, item: 
         return problem
     if echoes(_without(user, item), _without(assistant, item)):  # naming the item is no echo
         return "assistant turn echoes the user's message"
-    return reply_problem(user, assistant, view.items, item)
+    return reply_problem(user, assistant, view.items, item) or (
+        attributed_problem(assistant, item, stance) if item and stance else None)
 
 
 def _without(text: str, item: str) -> str:

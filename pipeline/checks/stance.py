@@ -13,7 +13,7 @@ from functools import cache
 
 from pipeline.words import content_words, mentioned
 
-LIKE = (r"can'?t get enough of", r"(?:am|i'm|really|still|now) into", r"fond of", r"keen on", r"fan of",
+LIKE = (r"can'?t get enough of", r"can'?t imagine (?:a |anything )?better", r"nothing beats", r"no better (?:dish|meal|place|way)", r"(?:am|i'm|really|still|now) into", r"fond of", r"keen on", r"fan of",
         r"drawn to", r"hooked on", r"my thing", r"crazy about", r"passionate about", r"come to (?:enjoy|love|like|appreciate)", r"lov(?:e|es|ing)", r"enjoy(?:s|ing)?",
         r"ador(?:e|es|ing)", r"(?:i|really|also|still|genuinely|do|actually|now|we) like", r"likes",
         r"favou?rites?", r"appreciat(?:e|es|ing)", r"relish", r"excited about", r"looking forward to")
@@ -109,4 +109,19 @@ def stance_problem(text: str, item: str, stance: str) -> str | None:
     for clause, named in about:
         if not named and _REFERS.search(clause) and not expressed(clause) and felt(clause) == OPPOSITE[stance]:
             return f"user turn goes on to feel the opposite '{OPPOSITE[stance]}' about {item!r} ({clause!r})"
+    return None
+
+
+_YOU_FEEL = re.compile(r"\byou(?:'ve| have| had| do| did| really| still| always| must| clearly| now)*\s+(not |never |no longer )?"
+                       r"(enjoy|love|like|adore|hate|dislike|detest|avoid|can'?t stand)(?:s|d|ed|ing)?\b")
+
+
+def attributed_problem(reply: str, item: str, stance: str) -> str | None:
+    """Why an assistant's reply tells the user they feel the opposite of ``stance`` about ``item`` ("I'm so
+    glad to hear that you enjoyed Peruvian ceviche!" to a user who dislikes it), or None."""
+    for clause, named in _clauses(reply, item):
+        for m in _YOU_FEEL.finditer(clause) if named else ():
+            said = "like" if m.group(2) in ("enjoy", "love", "like", "adore") else "dislike"
+            if (OPPOSITE[said] if m.group(1) else said) == OPPOSITE[stance]:
+                return f"assistant turn says the user feels the opposite '{OPPOSITE[stance]}' about {item!r}"
     return None

@@ -252,6 +252,7 @@ def _turn_problem(beat: Beat, user: str, assistant: str | None, unvoiced: list[s
 def _checked(beat: Beat, user: str, assistant: str | None, view: TurnView) -> str | None:
     """:func:`exchange_problem` for a beat's exchange: its item, and its event and reason as code's words."""
     return exchange_problem(user, assistant, view, item=beat.item or "",
+                            stance=beat.stance or "" if beat.kind != "life_event" else "",
                             known=tuple(k for k in (beat.event, beat.reason) if k))
 
 
