@@ -13,6 +13,7 @@ from pipeline.checks.quality import text_problem
 from pipeline.checks.replies import reply_problem
 from pipeline.checks.safety import HOSTILE, classifier_name, hostility, safety_problem
 from pipeline.checks.stance import attributed_problem, stance_problem
+from pipeline.checks.tone import tone_problem
 from pipeline.checks.topic import reaches, topic_problem
 from pipeline.s3_text.filler import hostile
 from schemas.conversation import Session, SessionWithTurns, Turn
@@ -204,3 +205,22 @@ def test_the_turn_mode_refuses_a_reply_that_echoes_the_system_prompt(tmp_path):
     assert replies and all(t.fallback for t in replies)
     assert not any("helpful AI assistant" in t.content for t in replies)
     assert any(p.startswith("assistant turn repeats a role line") for p in result.stats.problems)
+
+
+def test_a_grave_event_taken_lightly_is_refused():
+    suicide = ("lost a best friend to suicide",)
+    assert "lightly ('funny')" in tone_problem(
+        "By the way, I lost a best friend to suicide. It's always funny when you think about it.", suicide)
+    covid = ("lost a child's godparent to Covid",)
+    assert tone_problem("Small news: I lost a child's godparent to Covid. This is not an easy pill to swallow, but "
+                        "it has been worth it in the end.", covid)
+    assert tone_problem("By the way, I lost a best friend to suicide. I still think about her every day.", suicide) is None
+    assert tone_problem("I am so sorry. Losing a friend that way is heavy; be gentle with yourself.", suicide) is None
+    # a change a grave event caused may be a new liking, said plainly
+    scare = ("swapped beef patties for meat-free burgers after a heart scare",)
+    assert tone_problem("Since I swapped beef patties for meat-free burgers after a heart scare, I have come to "
+                        "enjoy plant-based burgers. They are wonderful.", scare, sentiment=False) is None
+    view = TurnView(allowed=suicide, topic="therapy")
+    assert "lightly" in exchange_problem("By the way, I lost a best friend to suicide. It is hard.",
+                                         "Great news, thanks for sharing that you lost a best friend!", view,
+                                         known=suicide)

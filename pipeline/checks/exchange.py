@@ -1,7 +1,8 @@
 """Every check a model-written exchange of a topic session passes before it is kept: each turn readable and
 safe (:func:`pipeline.checks.quality.text_problem`, which scores hostility too), neither repeating its
 prompt (:mod:`pipeline.checks.echo`) nor wandering off the session's topic (:mod:`pipeline.checks.topic`),
-and the assistant's turn a reply to the user's (:mod:`pipeline.checks.replies`) that does not repeat it.
+the assistant's turn a reply to the user's (:mod:`pipeline.checks.replies`) that does not repeat it, and
+neither taking a grave event it is about lightly (:mod:`pipeline.checks.tone`).
 What a beat's own facts need (the item named, the stance held in every clause) is ``beats.beat_problem``'s."""
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from pipeline.checks.echo import echo_problem
 from pipeline.checks.quality import text_problem, words
 from pipeline.checks.replies import reply_problem
 from pipeline.checks.stance import attributed_problem
+from pipeline.checks.tone import tone_problem
 from pipeline.checks.topic import topic_problem
 
 
@@ -48,9 +50,13 @@ def exchange_problem(user: str, assistant: str | None, view: TurnView, *, item: 
     """The first problem of an exchange (of the user turn alone while ``assistant`` is None), or None.
     ``stance``: the user's stance toward ``item`` in this exchange, which the reply may not turn around."""
     problem = turn_problem(user, "user", view, item=item, known=known)
+    if problem is None and (light := tone_problem(user, known, sentiment=not item)):
+        problem = f"user turn {light}"
     if problem is not None or assistant is None:
         return problem
     problem = turn_problem(assistant, "assistant", view, item=item, known=known)
+    if problem is None and (light := tone_problem(assistant, known, sentiment=not item)):
+        problem = f"assistant turn {light}"
     if problem is not None:
         return problem
     if echoes(_without(user, item), _without(assistant, item)):  # naming the item is no echo
