@@ -53,6 +53,7 @@ def test_praise_without_a_cue_word_and_a_reply_that_turns_the_users_stance_are_r
 def test_the_system_prompt_a_role_line_and_the_profile_are_refused():
     echoed = "You are a helpful AI assistant. You give practical, friendly advice about travel planning and more."
     assert "role line" in echo_problem(echoed)
+    assert "role line" in echo_problem("Premise 1: You're a helpful AI assistant. I'm here to offer practical advice.")
     assert "instructions" in echo_problem("Sure! Write one short message to your assistant and say hello.")
     profile = "Amara grew up in Lagos and moved to London for work; she spends weekends cooking for friends."
     assert "profile" in echo_problem("Well, I grew up in Lagos and moved to London for work; it was hard.", profile)
@@ -144,13 +145,15 @@ def test_an_event_belongs_to_the_topic_its_words_are_of():
     ("Honestly, I really enjoy spicy Sichuan hotpot.", "Oh nice, I just love spicy Sichuan hotpot myself!",
      "claims a taste"),
     ("Honestly, I really enjoy omakase sushi counters.", "Honestly, I enjoy omakase sushi counters.", "claims a taste"),
+    ("Honestly, I really dislike Peruvian ceviche.", "Honestly, I'm not a big fan of Peruvian ceviche. It's often "
+     "made with processed ingredients.", "claims a taste"),
     ("I have to say I really dislike plant-based burgers, they're just as bad as any other burger.",
      "Mmm, not what I wanted!", "picks up nothing"),
     ("Small news: I lost a child's godparent to Covid.", "The world is a different place when you care about others.",
      "picks up nothing"),
 ])
 def test_replies_the_embedded_model_wrote_that_are_no_replies(user, reply, why):
-    items = ("spicy Sichuan hotpot", "omakase sushi counters", "plant-based burgers")
+    items = ("spicy Sichuan hotpot", "omakase sushi counters", "plant-based burgers", "Peruvian ceviche")
     assert why in reply_problem(user, reply, items)
 
 

@@ -18,8 +18,8 @@ from pipeline.prompting import PromptEnv, default_prompts_dir
 PROMPT_SPAN = 6  # consecutive words shared with a template's own text: instructions, not a turn of phrase
 PROFILE_SPAN = 8  # consecutive words of the persona's profile: copied out, not said
 ROLE_LINE = re.compile(
-    r"\byou are (?:a |an |my |the )?(?:very )?(?:helpful|friendly|harmless|honest|useful)?,? ?(?:ai |artificial "
-    r"intelligence )?(?:assistant|chatbot|language model)\b|\bas an ai (?:assistant|language model|model)\b|"
+    r"\b(?:you are|you're|i am|i'm) (?:a |an |my |the |your )?(?:very )?(?:helpful|friendly|harmless|honest|useful)?,? ?"
+    r"(?:ai |artificial intelligence )?(?:assistant|chatbot|language model)\b|\bas an ai (?:assistant|language model|model)\b|"
     r"\bi am (?:an|a|your) (?:ai|artificial intelligence|language model|large language model)\b", re.IGNORECASE)
 
 

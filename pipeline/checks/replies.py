@@ -21,8 +21,9 @@ INTERJECTIONS = frozenset(
     "exactly true sorry of course good fair enough noted got it alright splendid gosh haha".split())
 FIRST_PERSON_TASTE = re.compile(
     r"\b(?:i|we)(?:'m| am|'ve| have| do| really| just| also| absolutely| personally| truly| still| totally| so| too)*"
-    r"\s+(?:love|like|enjoy|adore|prefer|hate|dislike|detest|loathe|can'?t stand|am into|am a (?:big )?fan of|"
-    r"am crazy about)\b(?!\s+(?:to|that|how|hearing|the idea|it when)\b)|\bmy (?:own )?(?:favou?rite|go-to)\b",
+    r"\s+(?:not |never |no longer |don'?t |do not )?(?:love|like|enjoy|adore|prefer|hate|dislike|detest|loathe|"
+    r"can'?t stand|into|a (?:big |huge )?fan of|crazy about)\b(?!\s+(?:to|that|how|hearing|the idea|it when)\b)|"
+    r"\bmy (?:own )?(?:favou?rite|go-to)\b",
     re.IGNORECASE)
 SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
