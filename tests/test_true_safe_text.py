@@ -147,6 +147,8 @@ def test_an_event_belongs_to_the_topic_its_words_are_of():
     ("Honestly, I really enjoy omakase sushi counters.", "Honestly, I enjoy omakase sushi counters.", "claims a taste"),
     ("Honestly, I really dislike Peruvian ceviche.", "Honestly, I'm not a big fan of Peruvian ceviche. It's often "
      "made with processed ingredients.", "claims a taste"),
+    ("I would like some general tips on rugs for a small flat.", "True, my personal favorite method is hand-knotted "
+     "Persian rugs. I find them incredibly detailed.", "claims a taste"),
     ("I have to say I really dislike plant-based burgers, they're just as bad as any other burger.",
      "Mmm, not what I wanted!", "picks up nothing"),
     ("Small news: I lost a child's godparent to Covid.", "The world is a different place when you care about others.",
