@@ -23,7 +23,7 @@ FIRST_PERSON_TASTE = re.compile(
     r"\b(?:i|we)(?:'m| am|'ve| have| do| really| just| also| absolutely| personally| truly| still| totally| so| too)*"
     r"\s+(?:not |never |no longer |don'?t |do not )?(?:love|like|enjoy|adore|prefer|hate|dislike|detest|loathe|"
     r"can'?t stand|into|a (?:big |huge )?fan of|crazy about)\b(?!\s+(?:to|that|how|hearing|the idea|it when)\b)|"
-    r"\bmy (?:own )?(?:favou?rite|go-to)\b",
+    r"\bmy (?:own |personal |all-time )?(?:favou?rite|go-to)\b",
     re.IGNORECASE)
 SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
