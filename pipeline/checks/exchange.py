@@ -55,7 +55,7 @@ def exchange_problem(user: str, assistant: str | None, view: TurnView, *, item: 
     if problem is not None or assistant is None:
         return problem
     problem = turn_problem(assistant, "assistant", view, item=item, known=known)
-    if problem is None and (light := tone_problem(assistant, known, sentiment=not item)):
+    if problem is None and (light := tone_problem(assistant, known, sentiment=False)):  # comfort reads as cheer
         problem = f"assistant turn {light}"
     if problem is not None:
         return problem
