@@ -60,6 +60,14 @@ def test_the_system_prompt_a_role_line_and_the_profile_are_refused():
     assert echo_problem("I grew up by the sea, so fish dinners feel like home to me.", profile) is None
 
 
+def test_a_speaker_label_is_refused():
+    said = "Mentor: I've always been amazed by the way that hand-knotted Persian rugs are made."
+    assert "speaker label" in text_problem(said, "assistant_turn")
+    assert "speaker label" in text_problem("Premise 1: the rugs are made by hand in small workshops.", "assistant_turn")
+    assert text_problem("Tip: try a wool rug in the hallway first, it wears well.", "assistant_turn") is None
+    assert text_problem("Small news: I bought a hand-knotted rug for the hallway.", "user_turn") is None
+
+
 def test_an_edited_template_is_what_counts_as_the_prompt(tmp_path):
     """The prompt's text is read from the templates in use ($PERSONAGEN_PROMPTS too), not a list kept apart."""
     folder = tmp_path / "prompts" / "write_sessions"

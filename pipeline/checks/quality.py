@@ -52,6 +52,7 @@ DEBRIS = [
     ("a clock time", re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?\b")),
     ("a role label", re.compile(r"(?im)(?:^|[\s|,;(\"'])(?:user|assistant|system|human|ai|bot|chat history|"
                                 r"gpt|smollm)\s*:")),
+    ("a speaker label", re.compile(r"^(?!(?:Tip|Note|Update|Edit|PS|Step \d+)\b)[A-Z][a-z]+(?: \d+)?:\s")),  # "Mentor: ..."
     ("template syntax", re.compile(r"\{\{|\}\}|\{%|%\}|<\|?|\|>|\[/?INST\]|```|</?s>")),
     ("an id or tag", re.compile(r"#[\w-]+|\b[0-9a-f]{8,}\b|\b\w+_\w+\b|\b[A-Za-z]+-\d+-\d+\b")),
     ("a link", re.compile(r"https?://|www\.|\bcheck it out here\b", re.IGNORECASE)),
