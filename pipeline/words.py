@@ -7,6 +7,8 @@ Two word sets serve two purposes: ``content_words`` (4+ letters) decides whether
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from functools import cache, lru_cache
 
 TOKEN = re.compile(r"[a-z0-9]+")
 STOPWORDS = frozenset(
@@ -26,6 +28,33 @@ def tokens(text: str) -> list[str]:
 def content_words(text: str) -> set[str]:
     """The tokens of 4+ characters: what :func:`mentions` compares."""
     return {w for w in tokens(text) if len(w) > 3}
+
+
+@cache
+def zipf(word: str) -> float:
+    """``word``'s frequency in English on wordfreq's Zipf scale (1: once per 100 million words; no download)."""
+    from wordfreq import zipf_frequency
+
+    return zipf_frequency(word, "en")
+
+
+def stems(text: str, *, rarer_than: float | None = None) -> set[str]:
+    """Content words cut to five letters ("noodles" and "noodle" alike): what a reader sees two texts share;
+    with ``rarer_than``, only words below that Zipf frequency (everyday words share nothing)."""
+    return {w[:5] for w in content_words(text) if rarer_than is None or zipf(w) < rarer_than}
+
+
+def without(text: str, phrases: Iterable[str], by: str = " ") -> str:
+    """``text`` with every one of ``phrases`` (of 3+ characters, any case, longest first) replaced by ``by``:
+    what is left is what was said beside them (a check reads the model's words, not code's)."""
+    pattern = _alternation(tuple(phrases))
+    return pattern.sub(by, text) if pattern else text
+
+
+@lru_cache(maxsize=64)
+def _alternation(phrases: tuple[str, ...]) -> re.Pattern | None:
+    kept = sorted({p.strip() for p in phrases if len(p.strip()) > 2}, key=len, reverse=True)
+    return re.compile("|".join(map(re.escape, kept)), re.IGNORECASE) if kept else None
 
 
 def terms(text: str) -> list[str]:

@@ -7,7 +7,6 @@ What a beat's own facts need (the item named, the stance held in every clause) i
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 
 from pipeline.checks.echo import echo_problem
@@ -16,6 +15,9 @@ from pipeline.checks.replies import reply_problem
 from pipeline.checks.stance import attributed_problem
 from pipeline.checks.tone import tone_problem
 from pipeline.checks.topic import topic_problem
+from pipeline.words import without
+
+ECHOED = "assistant turn echoes the user's message"
 
 
 @dataclass(frozen=True)
@@ -36,9 +38,9 @@ class TurnView:
 def turn_problem(text: str, role: str, view: TurnView, *, item: str = "", known: tuple[str, ...] = ()) -> str | None:
     """Why one turn (``role`` user or assistant) is not kept, or None. ``item``: the exchange's item;
     ``known``: phrases code put in the turn (the beat's event), which the topic check leaves out."""
-    problem = text_problem(text, f"{role}_turn", allowed=view.allowed)
+    problem = _unreadable(text, role, view.allowed)
     if problem is not None:
-        return f"unreadable {role} turn ({problem})"
+        return problem
     problem = echo_problem(text, view.profile)
     if problem is None and view.topic:
         problem = topic_problem(text, view.topic, (item,) if item else (), known)
@@ -59,25 +61,22 @@ def exchange_problem(user: str, assistant: str | None, view: TurnView, *, item: 
         problem = f"assistant turn {light}"
     if problem is not None:
         return problem
-    if echoes(_without(user, item), _without(assistant, item)):  # naming the item is no echo
-        return "assistant turn echoes the user's message"
+    if echoes(without(user, [item], " | "), without(assistant, [item], " | ")):  # naming the item is no echo
+        return ECHOED
     return reply_problem(user, assistant, view.items, item) or (
         attributed_problem(assistant, item, stance) if item and stance else None)
 
 
-def _without(text: str, item: str) -> str:
-    return re.sub(re.escape(item), " | ", text, flags=re.IGNORECASE) if item else text
-
-
 def unreadable(user: str, assistant: str, allowed: list[str]) -> str | None:
-    """Why a drafted exchange is not readable (``quality.text_problem`` on each turn), or None."""
-    problem = text_problem(user, "user_turn", allowed=allowed)
-    if problem is not None:
-        return f"unreadable user turn ({problem})"
-    problem = text_problem(assistant, "assistant_turn", allowed=allowed)
-    if problem is not None:
-        return f"unreadable assistant turn ({problem})"
-    return "assistant turn echoes the user's message" if echoes(user, assistant) else None
+    """Why a drafted exchange is not readable (``quality.text_problem`` on each turn, the reply no echo of the
+    message), or None: the readability part of :func:`exchange_problem`."""
+    return (_unreadable(user, "user", allowed) or _unreadable(assistant, "assistant", allowed)
+            or (ECHOED if echoes(user, assistant) else None))
+
+
+def _unreadable(text: str, role: str, allowed) -> str | None:
+    problem = text_problem(text, f"{role}_turn", allowed=allowed)
+    return f"unreadable {role} turn ({problem})" if problem is not None else None
 
 
 def echoes(user: str, assistant: str, span: int = 5) -> bool:

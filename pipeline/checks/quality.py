@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from pipeline.checks.safety import safety_problem
+from pipeline.words import zipf
 
 Field_ = Literal["item", "profile", "narrative", "reason", "user_turn", "assistant_turn", "filler_turn", "question",
                  "option"]
@@ -68,13 +69,6 @@ STOP = frozenset(
     "we they me him her us them my your his its our their this that these those not no so do does did have has "
     "had will would can could should about into than then there here what which who when where how all some any "
     "just also very more most much".split())
-
-
-@cache
-def _zipf(word: str) -> float:
-    from wordfreq import zipf_frequency
-
-    return zipf_frequency(word, "en")
 
 
 def words(text: str) -> list[str]:
@@ -201,7 +195,7 @@ def _vocabulary_problem(text: str, ws: list[str], field: str, bounds: Bounds, al
     if len(alpha) >= 4 and len(unknown) > (1 - bounds.known_share) * len(alpha):
         return f"{len(unknown)} of {len(alpha)} words unknown ({unknown[0]!r})"
     for name, floor in _names(text):
-        if name.lower() not in allowed and _zipf(name.lower()) < floor:
+        if name.lower() not in allowed and zipf(name.lower()) < floor:
             return f"the name {name!r}, which nobody in the conversation has"
     return None
 
@@ -211,7 +205,7 @@ def _known(word: str, allowed: _Vocabulary, floor: float) -> bool:
     base = re.sub(r"\d+$", "", w)  # the fake backend numbers its items: "movie03"
     parts = [p for p in re.split(r"[-']", base) if p]
     return (not parts or w in allowed or base in allowed
-            or all(p in allowed or p in STOP or _zipf(p) >= floor or (len(p) <= 2 and p in ("s", "t", "d", "ll", "re", "ve", "m"))
+            or all(p in allowed or p in STOP or zipf(p) >= floor or (len(p) <= 2 and p in ("s", "t", "d", "ll", "re", "ve", "m"))
                    for p in parts))
 
 

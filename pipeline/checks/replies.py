@@ -8,11 +8,10 @@ user's tastes as its own ("I just love sichuan hotpot"): the assistant has no pr
 from __future__ import annotations
 
 import re
-from functools import cache
 
 from pipeline.checks.quality import STOP, words
 from pipeline.checks.stance import names
-from pipeline.words import STOPWORDS, content_words
+from pipeline.words import stems
 
 PICKUP_ZIPF = 5.6  # words more frequent than this ("really", "think", "time") are picked up by any reply
 INTERJECTIONS = frozenset(
@@ -28,15 +27,8 @@ FIRST_PERSON_TASTE = re.compile(
 SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
-@cache
-def _everyday(word: str) -> bool:
-    from wordfreq import zipf_frequency
-
-    return zipf_frequency(word, "en") >= PICKUP_ZIPF
-
-
 def _pickable(text: str) -> set[str]:
-    return {w[:5] for w in content_words(text) if w not in STOPWORDS and not _everyday(w)}
+    return stems(text, rarer_than=PICKUP_ZIPF)  # every function word of 4+ letters is more frequent
 
 
 def picks_up(user: str, assistant: str, item: str = "") -> bool:

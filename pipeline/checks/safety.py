@@ -13,11 +13,12 @@ milliseconds per call, and the refusal can name the word that weighed most.
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from collections.abc import Iterable
-from functools import cache, lru_cache
+from functools import cache
 from importlib import metadata
+
+from pipeline.words import without
 
 HOSTILE = 0.5  # the classifier's calibrated probability of offensive language at which a text is refused
 PACKAGE = "alt-profanity-check"
@@ -72,16 +73,9 @@ def _model() -> _Model:
     return _Model()
 
 
-@lru_cache(maxsize=64)
-def _masker(known: tuple[str, ...]) -> re.Pattern | None:
-    phrases = sorted({k.strip() for k in known if len(k.strip()) > 2}, key=len, reverse=True)
-    return re.compile("|".join(map(re.escape, phrases)), re.IGNORECASE) if phrases else None
-
-
 def hostility(text: str, known: Iterable[str] = ()) -> tuple[float, str]:
     """``text``'s score and heaviest word, with the ``known`` phrases (code's own) masked out."""
-    masker = _masker(tuple(known))
-    return _model().score(masker.sub(" it ", text) if masker else text)
+    return _model().score(without(text, known, " it "))
 
 
 def safety_problem(text: str, known: Iterable[str] = ()) -> str | None:

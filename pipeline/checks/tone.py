@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from pipeline.checks.stance import felt
+from pipeline.words import without
 
 GRAVE = re.compile(
     r"\b(?:lost (?:a|an|my|their|his|her|the) \w+|died|death|dead|funeral|suicide|cancer|tumou?r|attacked|assaulted|"
@@ -31,9 +32,7 @@ def tone_problem(text: str, events: tuple[str, ...], *, sentiment: bool = True) 
     told = [e for e in events if e and grave(e)]
     if not told:
         return None
-    rest = text
-    for event in sorted(told, key=len, reverse=True):
-        rest = re.sub(re.escape(event), " ", rest, flags=re.IGNORECASE)
+    rest = without(text, told)
     light = LIGHT.search(rest)
     if light:
         return f"takes a grave event lightly ({light.group(0)!r})"

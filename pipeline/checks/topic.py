@@ -14,7 +14,8 @@ import re
 from collections import Counter
 from functools import cache
 
-from pipeline.words import content_words, mentions
+from pipeline.words import mentions, without
+from pipeline.words import stems as word_stems
 
 DISTINCT = 2  # a stem in at most this many topics' vocabularies tells which topic a sentence is about
 TOPICAL = 5  # a stem in more topics' vocabularies than this is everyday talk, no sign of any topic
@@ -24,16 +25,8 @@ SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 def stems(text: str) -> set[str]:
-    """Content words cut to five letters (:func:`pipeline.s4_queries.sources.stems`' rule), everyday words left
-    out."""
-    return {w[:5] for w in content_words(text) if not _common(w)}
-
-
-@cache
-def _common(word: str) -> bool:
-    from wordfreq import zipf_frequency
-
-    return zipf_frequency(word, "en") >= COMMON_ZIPF
+    """:func:`pipeline.words.stems` of the words rarer than ``COMMON_ZIPF``."""
+    return word_stems(text, rarer_than=COMMON_ZIPF)
 
 
 @cache
@@ -86,14 +79,14 @@ def topic_problem(text: str, topic: str, items: tuple[str, ...] = (), known: tup
     vocab = vocabularies()
     if topic not in vocab:
         return None
-    for phrase in sorted(filter(None, known), key=len, reverse=True):
-        text = re.sub(re.escape(phrase), " ", text, flags=re.IGNORECASE)
-    own = len(stems(text) & vocab[topic])
+    text = without(text, known)
+    said = stems(text)
+    own = len(said & vocab[topic])
     for sentence in SENTENCE.split(text):
         if stems(sentence) & vocab[topic] or any(mentions(sentence, i) for i in items if i):
             continue
         for other, hit in sorted(others_of(sentence, topic).items(), key=lambda kv: (-len(kv[1]), kv[0])):
-            if own < len(stems(text) & vocab[other]):
+            if own < len(said & vocab[other]):
                 return f"wanders off the topic into {other} ({', '.join(sorted(hit)[:3])})"
     return None
 

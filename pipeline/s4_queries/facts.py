@@ -11,8 +11,8 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.rng import derive_rng
-from pipeline.s4_queries.sources import Pools, retells, stems
-from pipeline.words import content_words, mentioned
+from pipeline.s4_queries.sources import Pools, retells
+from pipeline.words import content_words, mentioned, stems
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
 from schemas.timeline import Event, PreferenceVersion, Timeline

@@ -12,9 +12,8 @@ from pydantic import BaseModel
 
 from pipeline.s4_queries.facts import Facts
 from pipeline.s4_queries.relational import STANCE, polarity
-from pipeline.s4_queries.sources import stems
 from pipeline.tokens import count_tokens
-from pipeline.words import apart, keywords, tokens
+from pipeline.words import apart, keywords, stems, tokens
 from schemas.query import OptionRole
 
 

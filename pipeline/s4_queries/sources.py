@@ -17,7 +17,7 @@ from pipeline.rng import derive_rng, derive_seed
 from pipeline.s1_personas.sample_personas import persona_from_seed, sample_builtin_seed
 from pipeline.s2_timeline.events import catalog_facets
 from pipeline.s2_timeline.simulate_timeline import simulate_timeline
-from pipeline.words import content_words, mentions, with_item
+from pipeline.words import mentions, stems, with_item
 from schemas.catalog import InventoryItem
 from schemas.config import RunConfig
 from schemas.persona import Persona, stereotype_match
@@ -175,11 +175,6 @@ class Pools:
     def _catalog(self, topic: str) -> list[InventoryItem]:
         topics = load_catalog().topics
         return [InventoryItem(name=i.name, tags=list(i.tags)) for i in topics[topic].items] if topic in topics else []
-
-
-def stems(text: str) -> set[str]:
-    """Content words cut to five letters ("noodles" and "noodle" alike): what a reader sees two texts share."""
-    return {w[:5] for w in content_words(text)}
 
 
 def retells(summary: str, lived: str) -> bool:
