@@ -22,6 +22,7 @@ from schemas.judging import AnswerVerdict, JudgeAnswerContext
 from schemas.llm import PingContext, PingReply
 from schemas.query import QUERY_TYPES
 from schemas.query_drafts import JudgeContext, QueryContext, judge_draft, query_draft
+from schemas.reveal_drafts import RevealContext, RevealVerdict
 from schemas.turn_drafts import (
     AssistantTurnContext,
     UserTurnContext,
@@ -44,6 +45,8 @@ TURN_USER = PromptSpec(name="write_sessions.turn_user", template="write_sessions
                        context=UserTurnContext, output=UserTurnDraft)
 TURN_ASSISTANT = PromptSpec(name="write_sessions.turn_assistant", template="write_sessions/turn_assistant.jinja",
                             context=AssistantTurnContext, output=assistant_turn_draft(20, 80))
+REVEAL = PromptSpec(name="write_sessions.reveal", template="write_sessions/reveal.jinja", context=RevealContext,
+                    output=RevealVerdict)
 SMALL_TALK = PromptSpec(name="write_sessions.small_talk", template="write_sessions/small_talk.jinja",
                         context=SmallTalkContext, output=small_talk_draft(2))
 SESSION = PromptSpec(name="write_sessions.session", template="write_sessions/session.jinja",
@@ -63,6 +66,6 @@ ANSWER_JUDGES: dict[str, PromptSpec] = {
 }
 
 ALL_SPECS: dict[str, PromptSpec] = {
-    spec.name: spec for spec in (PING, PROFILE, INVENTORY, NARRATION, BEAT, TURN_USER, TURN_ASSISTANT, SMALL_TALK, SESSION, FILLER, QUERY, QUERY_JUDGE,
+    spec.name: spec for spec in (PING, PROFILE, INVENTORY, NARRATION, BEAT, TURN_USER, TURN_ASSISTANT, REVEAL, SMALL_TALK, SESSION, FILLER, QUERY, QUERY_JUDGE,
                                  *ANSWER_JUDGES.values())
 }

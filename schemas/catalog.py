@@ -230,3 +230,11 @@ class Taxonomy(Strict):
     def event_specs(self) -> dict[str, tuple[str, LifeEventSpec]]:
         """summary -> (category, spec) over every category."""
         return {e.summary: (name, e) for name, cat in self.life_event_categories.items() for e in cat.events}
+
+
+class ItemCues(Strict):
+    """Hand-written cue situations of one item: what someone who likes it, or avoids it, would ask for in their
+    own words (a noun phrase that completes "Can you help me find ..."), never its name nor a stance word."""
+
+    like: list[str] = Field(min_length=1)
+    dislike: list[str] = Field(min_length=1)

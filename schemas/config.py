@@ -115,6 +115,11 @@ class TextSettings(Strict):
                                     "by one; exchange: a call per beat plus one for the ordinary exchanges; turn: "
                                     "a short call per turn (the small model's mode); auto: turn on the embedded "
                                     "model, session elsewhere")
+    implicit_share: float = Field(
+        default=0.5, ge=0.0, le=1.0,
+        description="share of the turns that voice a preference implicitly: the stance shown through what the user "
+                    "asks for (a hand-written cue of pipeline/data/cues/), never the item's name nor a stance word; "
+                    "items without cues are always voiced explicitly")
     turn_attempts: int = Field(default=4, ge=1, le=8, description="samples per beat in the turn mode")
     turn_words_min: int = Field(
         default=30, ge=3, le=1000, description="in the turn mode, the shortest reply accepted, in words (when below "

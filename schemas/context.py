@@ -91,3 +91,4 @@ class Placement(BaseModel):
     distance_tokens: int = Field(ge=0)
     distance_sessions: int = Field(ge=0)
     evidence_position: float = Field(ge=0.0, le=1.0)
+    voicing: Literal["explicit", "implicit"] | None = Field(default=None, description="the query's voicing")

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 Role = Literal["user", "assistant"]
 SessionKind = Literal["topic", "filler"]
+Voicing = Literal["explicit", "implicit"]
 
 
 class Turn(BaseModel):
@@ -24,6 +25,9 @@ class Turn(BaseModel):
     pref_versions: list[str] = Field(default_factory=list, description="keys like pref_x@2")
     n_tokens: int = Field(default=0, ge=0)
     fallback: bool = Field(default=False, description="code-written turn after the model failed")
+    voicing: Voicing | None = Field(
+        default=None, description="a user turn that voices a preference: said outright (explicit), or shown through "
+                                  "what the user asks for, without the item's name or a stance word (implicit)")
 
 
 class Session(BaseModel):

@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from schemas.fake_text import gist_word, helpful_reply
+from schemas.fake_text import gist_word, gist_words, helpful_reply
 from schemas.persona import Style
 
 _STYLE_EXAMPLE = {"verbosity": "moderate", "formality": "casual", "typo_rate": 0.0, "emoji_use": "never",
@@ -188,6 +188,8 @@ class BeatContext(BaseModel):
     stance: str | None
     reason: str | None
     event: str | None
+    cue: str | None = Field(default=None, description="an implicit beat: what the user asks for; item and stance "
+                                                      "are not shown, the user never names them")
     assistant_words_min: int = 80
     assistant_words_max: int = 250
 
@@ -202,7 +204,11 @@ class ExchangeDraft(BaseModel):
     @classmethod
     def fake_output(cls, context: BeatContext, rng: random.Random) -> ExchangeDraft:
         verbs = {"like": ["really enjoy", "love", "am into"], "dislike": ["can't stand", "avoid", "dislike"]}
-        if context.kind == "life_event" or not context.item:
+        if context.cue:  # implicit: the stance shows in what the user asks for
+            since = f"Since I {context.event}, " if context.event else ""
+            user = f"{since}I am looking for {context.cue}. Any thoughts on where to begin?"
+            user = user[0].upper() + user[1:]
+        elif context.kind == "life_event" or not context.item:
             user = f"Some news from my side: I {context.event}. Still processing it."
         elif context.kind == "routine":
             user = f"Small thing, but I {context.event}."
@@ -211,7 +217,9 @@ class ExchangeDraft(BaseModel):
                     f"{rng.choice(verbs[context.stance or 'like'])} {context.item}.")
         else:
             user = f"For what it's worth, I {rng.choice(verbs[context.stance or 'like'])} {context.item}."
-        opening = f"Thanks for telling me, I have noted the {gist_word(context.item or context.event or user).lower()}."
+        opening = (f"Glad to help you look; start from the {' and the '.join(gist_words(context.cue, 3)).lower()}."
+                   if context.cue else
+                   f"Thanks for telling me, I have noted the {gist_word(context.item or context.event or user).lower()}.")
         return cls(user=user, assistant=helpful_reply(opening, _target_words(cls, context), rng))
 
 
@@ -294,6 +302,7 @@ class SessionBeatView(BaseModel):
     stance: str | None
     reason: str | None
     event: str | None
+    cue: str | None = None
 
 
 class SessionContext(BaseModel):

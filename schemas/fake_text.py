@@ -11,7 +11,7 @@ _ADVICE = ("Start with what you need this week and leave the rest for later.",
            "Pick one small step you can take today and notice how it feels afterwards.",
            "Set aside a fixed time for it, so it does not compete with everything else.",
            "Check in with yourself after a few days and adjust what did not fit.",
-           "If something feels like too much, cut it in half and try the smaller version first.",
+           "If something feels too much, cut it in half and try the smaller version first.",
            "Ask a friend to join you once or twice; it is easier to stay with something together.",
            "Keep a short note of what worked, so next time you can start from there.",
            "Think about the cost in time and money before you commit, and set a limit you are comfortable with.",
@@ -22,12 +22,18 @@ _ADVICE = ("Start with what you need this week and leave the rest for later.",
            "Small routines repeated often usually matter more than one big effort.",
            "Try to make the first step easy enough that you could start tonight.",
            "Share the plan with someone you trust and ask what they would change.",
-           "Keep whatever you already enjoy and build the new part around it.",
+           "Keep whatever already works for you and build the new part around it.",
            "Give each change a couple of weeks before you judge whether it works.",
            "Be honest with yourself about your energy on busy days and plan for those too.",
            "Set one clear goal for the season rather than several vague ones.",
            "Notice what tends to get in the way, and decide in advance how you will handle it.",
            "Celebrate the small wins, because they make the next step feel lighter.")
+
+
+def gist_words(text: str, k: int) -> list[str]:
+    """Fake text: the ``k`` longest words of ``text`` that are not function words (a reply that picks up a request)."""
+    found = [w for w in re.findall(r"[A-Za-z]+", text) if w.lower() not in _FUNCTION_WORDS]
+    return sorted(found, key=len, reverse=True)[:k] or ["that"]
 
 
 def gist_word(text: str) -> str:

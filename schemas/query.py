@@ -70,6 +70,9 @@ class Query(BaseModel):
     evidence: list[Evidence] = Field(default_factory=list)
     n_pref_updates: int = Field(default=0, ge=0)
     provenance: dict[str, str] = Field(default_factory=dict)
+    voicing: Literal["explicit", "implicit"] | None = Field(
+        default=None, description="how its evidence voiced the preference it rests on: implicit when any evidence "
+                                  "turn shows it without naming it; None when no evidence turn voices a preference")
 
     def abstains(self) -> bool:
         """True when the correct reply is "you have not told me" (grounded in an absence, ``absent:...``)."""

@@ -117,6 +117,7 @@ TURNS = _schema(
     ("pref_versions", STR_LIST, False),
     ("n_tokens", pa.int32(), False),
     ("fallback", pa.bool_(), False),
+    ("voicing", STR, True),
 )
 QUERIES = _schema(
     ("query_id", STR, False),
@@ -132,6 +133,7 @@ QUERIES = _schema(
     ("evidence", pa.list_(EVIDENCE), False),
     ("n_pref_updates", pa.int32(), False),
     ("provenance", STR_MAP, False),
+    ("voicing", STR, True),
 )
 CONTEXTS = _schema(
     ("context_id", STR, False),
@@ -153,6 +155,7 @@ PLACEMENTS = _schema(
     ("distance_tokens", pa.int64(), False),
     ("distance_sessions", pa.int32(), False),
     ("evidence_position", pa.float64(), False),
+    ("voicing", STR, True),
 )
 
 # table name -> (arrow schema, row model); the names are the Parquet file stems.

@@ -20,6 +20,7 @@ from pipeline.dataset.card_use import (
     limitations,
     loading,
     markdown_table,
+    voicing,
 )
 from pipeline.dataset.checklist import render_checklist
 from schemas.manifest import Manifest
@@ -78,6 +79,7 @@ def render_card(manifest: Manifest, tables: dict[str, list[BaseModel]]) -> str:
         render_checklist(manifest.stats.get("checklist")),
         render_audit(manifest.stats.get("audit")),
         _filtering(manifest.stats.get("probe"), manifest.stats.get("stance_checks")),
+        voicing(tables, (manifest.config.get("text") or {}).get("implicit_share")),
         _origin(manifest.stats.get("text_origin"), (manifest.config.get("text") or {}).get("writing", "session")),
         evaluating(manifest),
         exports(tables),
@@ -249,6 +251,7 @@ def _built(queries: list) -> str:
 ORIGIN_FIELDS = {"item": "inventory items (preference labels)", "profile": "persona profile",
                  "narrative": "life-event narratives", "reason": "reasons of preference changes",
                  "user_turn": "user turns of the persona's sessions", "assistant_turn": "assistant turns of them",
+                 "implicit_turn": "implicit user turns (of the user turns): the model's passed the reveal check",
                  "question": "question wording", "option": "option wording"}
 
 

@@ -157,3 +157,26 @@ def markdown_table(header: list[str], rows: list[list[object]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def voicing(tables: dict[str, list[BaseModel]], share: float | None) -> str:
+    """How the persona's preferences are voiced: said outright, or shown through what the user asks for; the
+    turns and the queries of each kind, and what the split measures."""
+    turns = [t for t in tables["turns"] if getattr(t, "voicing", None)]
+    queries = tables["queries"]
+    rows = [[kind, sum(t.voicing == kind for t in turns), sum(q.voicing == kind for q in queries)]
+            for kind in ("explicit", "implicit")]
+    rows.append(["none (an abstention, a life event)", "", sum(q.voicing is None for q in queries)])
+    asked = f" (`text.implicit_share`: {share:g} of the preference-voicing turns)" if share is not None else ""
+    return ("## How preferences are voiced\n\n"
+            f"A user turn that voices a preference is either explicit (\"I really enjoy spicy Sichuan hotpot\") or "
+            f"implicit{asked}: the user asks for something that shows the stance (\"Can you help me find a spot "
+            "that does a proper numbing-hot broth?\") without the item's name or a stance word. Each implicit turn "
+            "is built on a hand-written cue of the item and stance (`pipeline/data/cues/`) and carries the cue's "
+            "key words; a model's wording is kept only when the same model, reading the turn alone, picks the "
+            "right one of four preference statements, else code's wording of the cue is used. No reply and no "
+            "later turn names an item voiced only implicitly. A keyword lookup over the history (an item's name "
+            "beside a stance word) answers explicit queries and fails implicit ones, so the split tells recall "
+            "of what was said from understanding of what was meant: `personagen eval` reports accuracy per "
+            "voicing. A query's voicing is its evidence's (implicit when any evidence turn is).\n\n"
+            + markdown_table(["voicing", "user turns", "queries"], rows))

@@ -162,7 +162,7 @@ def base_row(item: EvalItem, status: str = "skipped", **fields) -> EvalRow:
     """The row of `item` before (or without) a model answer."""
     q, p = item.query, item.placement
     return EvalRow(persona_id=q.persona_id, query_id=q.query_id, context_id=p.context_id, type=q.type,
-                   topic=q.topic, budget_tokens=item.budget_tokens, distance_tokens=p.distance_tokens,
+                   topic=q.topic, voicing=q.voicing or "none", budget_tokens=item.budget_tokens, distance_tokens=p.distance_tokens,
                    distance_bucket=distance_bucket(p.distance_tokens), correct_letter=letters(26)[q.correct_index],
                    correct_position=q.correct_index, status=status, **fields)
 

@@ -18,7 +18,7 @@ Status = Literal["answered", "unparsed", "failed", "skipped"]
 DISTANCE_BUCKETS: tuple[tuple[int, str], ...] = (
     (1_000, "<1k"), (4_000, "1k-4k"), (16_000, "4k-16k"), (64_000, "16k-64k"), (256_000, "64k-256k"),
 )
-GROUPS = ("type", "topic", "budget", "distance")
+GROUPS = ("type", "voicing", "topic", "budget", "distance")
 REFERENCES = ("chance", "longest_option", "lexical_overlap", "retrieval_reader")
 REFERENCE_LABELS = {"chance": "chance", "longest_option": "longest", "lexical_overlap": "lexical",
                     "retrieval_reader": "reader"}
@@ -32,6 +32,7 @@ class EvalRow(BaseModel):
     context_id: str
     type: str
     topic: str
+    voicing: str = "none"  # how the evidence voiced the preference: explicit, implicit, none (abstention, event)
     budget_tokens: int
     distance_tokens: int
     distance_bucket: str
@@ -150,6 +151,7 @@ def accuracy(key: str, rows: Sequence[Scored], *, n_boot: int, seed: int) -> Acc
 
 _GROUP_KEYS: dict[str, Callable[[EvalRow], str]] = {
     "type": lambda r: r.type,
+    "voicing": lambda r: r.voicing,
     "topic": lambda r: r.topic,
     "budget": lambda r: budget_label(r.budget_tokens),
     "distance": lambda r: r.distance_bucket,
@@ -171,7 +173,7 @@ def _budget_tokens(label: str) -> int:
 
 
 def group_accuracies(rows: Sequence[EvalRow], *, n_boot: int, seed: int) -> dict[str, list[Accuracy]]:
-    """Accuracy per query type, topic, budget and evidence-distance bucket."""
+    """Accuracy per query type, voicing of the evidence, topic, budget and evidence-distance bucket."""
     out = {}
     for group in GROUPS:
         slices: dict[str, list[EvalRow]] = defaultdict(list)

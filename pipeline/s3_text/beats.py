@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
+import random
 import re
 from collections import defaultdict
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict
 
-from pipeline.catalog import load_taxonomy
+from pipeline.catalog import load_situations, load_taxonomy
 from pipeline.checks.stance import stance_problem
 from pipeline.checks.topic import reaches
+from pipeline.cues import cues_of, implicit_problem
 from pipeline.rng import derive_rng
 from pipeline.s2_timeline.periods import PeriodWindow, period_windows
 from pipeline.words import mentions
 from schemas.config import RunConfig
+from schemas.conversation import Voicing
 from schemas.drafts import BeatKind
 from schemas.ids import stable_id
 from schemas.persona import Persona
@@ -35,6 +38,12 @@ class Beat(BaseModel):
     event: str | None = None
     pref_versions: list[str] = []
     event_ids: list[str] = []
+    voicing: Voicing = "explicit"
+    cue: str | None = None  # an implicit beat's cue situation: what the user asks for instead of naming the item
+
+    @property
+    def implicit(self) -> bool:
+        return self.voicing == "implicit"
 
 
 class SessionPlan(BaseModel):
@@ -56,6 +65,7 @@ def plan_sessions(persona: Persona, timeline: Timeline, *, config: RunConfig) ->
     that belongs to none of the run's topics, by its effects or its words, is lived but not told)."""
     rng = derive_rng(config.seed, persona.persona_id, "plan_sessions")
     beats = _beats_by_slot(timeline, config, rng)
+    _mark_implicit(beats, config.text.implicit_share, derive_rng(config.seed, persona.persona_id, "voicing"))
     plans = []
     k = config.text.sessions_per_period
     for window in period_windows(config):
@@ -108,6 +118,49 @@ def _beats_by_slot(timeline: Timeline, config: RunConfig, rng) -> dict[tuple[str
     return slots
 
 
+VOICES = ("initial_preference", "preference_update")  # the beats that voice a preference version
+
+
+def _mark_implicit(slots: dict[tuple[str, str], list[Beat]], share: float, rng) -> None:
+    """Marks ``share`` of the preference-voicing beats implicit, each with a cue drawn from its item's cues
+    (chosen among the beats that have one whose code wording passes the implicit check, of items no routine names);
+    the rest stay explicit."""
+    keys = [(slot, i) for slot in sorted(slots) for i, b in enumerate(slots[slot]) if b.kind in VOICES and b.item]
+    routines = {b.item for beats in slots.values() for b in beats if b.kind == "routine"}  # they name their item
+    able = []
+    for slot, i in keys:
+        beat = slots[slot][i]
+        if beat.item in routines:
+            continue
+        cues = [c for c in cues_of(beat.topic, beat.item or "", beat.stance or "")
+                if implicit_problem(implicit_wording(beat.model_copy(update={"cue": c}), random.Random(0)), None,
+                                    beat.item or "", c) is None]
+        if cues:
+            able.append((slot, i, cues))
+    rng.shuffle(able)
+    for slot, i, cues in able[:round(share * len(keys))]:
+        slots[slot][i] = slots[slot][i].model_copy(update={"voicing": "implicit", "cue": rng.choice(cues)})
+
+
+IMPLICIT_REPLY = ("Happy to help with that. Tell me a little more about when and where, and I'll suggest a few "
+                  "places to start with {topic}.")
+_ASKS = ("Can you help me find {cue} {when}?", "Could you help me find {cue}?", "I'm after {cue}. Where would you start?",
+         "I'm after {cue} {when}. Any ideas?")
+_SINCE = ("Since I {event}, I'm after {cue}. Where would you start?", "Ever since I {event}, I'm after {cue}. Any ideas?",
+          "I {event}, and now I'm after {cue}. Can you help me find it?")
+
+
+def implicit_wording(beat: Beat, rng) -> str:
+    """Code's words of an implicit beat: a request built on its cue (after its event, for a change), which shows
+    the stance without naming the item or saying a stance word."""
+    frames = list(_SINCE if beat.kind == "preference_update" and beat.event else _ASKS)
+    rng.shuffle(frames)
+    when = rng.choice(load_situations().when)
+    worded = [f.format(cue=beat.cue, event=beat.event, when=when) for f in frames]
+    # the first that passes (a frame's own words may be the item's: "help" in "self-help audiobooks")
+    return next((w for w in worded if implicit_problem(w, None, beat.item or "", beat.cue or "") is None), worded[0])
+
+
 def _initial_beat(p: PreferenceVersion) -> Beat:
     return Beat(kind="initial_preference", topic=p.topic, item=p.item, stance=p.stance, pref_versions=[p.key])
 
@@ -133,20 +186,28 @@ def beat_problem(beat: Beat, user: str, assistant: str, *, unvoiced: list[str], 
             return f"empty {role} turn"
         if count(text) > max_tokens:
             return f"{role} turn longer than {max_tokens} tokens"
+    if beat.implicit:
+        return implicit_problem(user, assistant, beat.item or "", beat.cue or "") or _leak(assistant, unvoiced)
     if beat.item and beat.kind != "life_event" and not mentions(user, beat.item):
         return f"user turn does not mention {beat.item!r}"
     if beat.kind == "preference_update" and _STALE.search(user):
         return "user turn restates the old preference"
     if beat.item and beat.stance and beat.kind != "life_event" and (problem := stance_problem(user, beat.item, beat.stance)):
         return problem
+    return _leak(assistant, unvoiced)
+
+
+def _leak(assistant: str, unvoiced: list[str]) -> str | None:
     leaked = [i for i in unvoiced if mentions(assistant, i)]
-    if leaked:
-        return f"assistant mentions {leaked[0]!r}, which the user has not voiced"
-    return None
+    return f"assistant mentions {leaked[0]!r}, which the user has not voiced" if leaked else None
 
 
-def fallback_exchange(beat: Beat, topic_label: str) -> tuple[str, str]:
-    """A plain, code-written exchange that voices the beat's fact (used when the model keeps failing)."""
+def fallback_exchange(beat: Beat, topic_label: str, rng=None) -> tuple[str, str]:
+    """A plain, code-written exchange that voices the beat's fact (used when the model keeps failing); an implicit
+    beat's is a request built on its cue (``rng`` picks the wording; seeded by the beat when None)."""
+    if beat.implicit:
+        rng = rng or derive_rng(0, beat.cue, *beat.pref_versions)
+        return implicit_wording(beat, rng), IMPLICIT_REPLY.format(topic=topic_label)
     plain = f"I {'really enjoy' if beat.stance == 'like' else 'really dislike'} {beat.item}."
     if beat.kind == "initial_preference":
         tries = [plain]

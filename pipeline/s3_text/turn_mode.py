@@ -50,6 +50,7 @@ class TurnAsk:
     topic: str
     user_problem: Callable[[str], str | None]
     reply_problem: Callable[[str, str], str | None]
+    fixed: str | None = None  # a user turn code wrote (an implicit beat's request): only its reply is asked
 
 
 def reply_words(config: RunConfig) -> tuple[int, int]:
@@ -59,14 +60,15 @@ def reply_words(config: RunConfig) -> tuple[int, int]:
 
 
 def write_turns(asks: Sequence[TurnAsk], *, llm: LLM, config: RunConfig,
-                stats) -> dict[tuple[str, int], tuple[str, int, str | None, int | None]]:
-    """key -> (user turn, its sample, reply or None, its sample or None) for every ask whose user turn passed;
+                stats) -> dict[tuple[str, int], tuple[str, int | None, str | None, int | None]]:
+    """key -> (user turn, its sample or None for code's, reply or None, its sample or None) for every ask whose
+    user turn passed (or was code's, ``fixed``);
     each sample asks the user turns still missing, then the replies still missing, all as one batch.
     ``stats`` (a ``SessionStats``) counts the problems and the exchanges asked again."""
     problems = stats.problems
     asked = config.text.assistant_words_min, config.text.assistant_words_max
     spec = replace(TURN_ASSISTANT, output=assistant_turn_draft(*asked))
-    users: dict[tuple[str, int], tuple[str, int]] = {}
+    users: dict[tuple[str, int], tuple[str, int | None]] = {a.key: (a.fixed, None) for a in asks if a.fixed}
     replies: dict[tuple[str, int], tuple[str, int]] = {}
     for sample in range(config.text.turn_attempts):
         pending = [a for a in asks if a.key not in replies]

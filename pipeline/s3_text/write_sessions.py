@@ -8,11 +8,12 @@ from pydantic import BaseModel, Field
 
 from pipeline.catalog import load_catalog
 from pipeline.checks.exchange import TurnView, echoes, exchange_problem, unreadable
-from pipeline.checks.quality import Origin
+from pipeline.checks.quality import Origin, count
 from pipeline.config import writing_mode
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
-from pipeline.s3_text.beats import Beat, SessionPlan, beat_problem, fallback_exchange, plan_sessions
+from pipeline.s3_text.beats import VOICES, Beat, SessionPlan, beat_problem, fallback_exchange, plan_sessions
+from pipeline.s3_text.implicit import confirm_implicit
 from pipeline.s3_text.turn_mode import (
     Exchange,
     TurnAsk,
@@ -26,7 +27,7 @@ from pipeline.s3_text.turn_mode import (
 from pipeline.s3_text.turn_mode import clean as _clean
 from pipeline.specs import BEAT, SESSION, SMALL_TALK
 from pipeline.tokens import count_tokens, with_token_counts
-from pipeline.words import mentions, topic_label
+from pipeline.words import content_words, mentions, topic_label
 from schemas.config import RunConfig
 from schemas.conversation import Session, SessionWithTurns, Turn
 from schemas.drafts import (
@@ -85,6 +86,9 @@ def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
         sessions.append(build_session(plan, beat_turns[plan.session_id], talk,
                                       provenance=_provenance(llm, beat_turns[plan.session_id], config)))
         count_origin(stats.origin, [*beat_turns[plan.session_id], *talk])
+        froms = [ex.user_from for ex, b in zip(beat_turns[plan.session_id], plan.beats, strict=True) if b.implicit]
+        count(stats.origin, "implicit_turn", model=froms.count(0), reasked=sum(bool(f) for f in froms),
+              code=froms.count(None))
     return sessions, stats
 
 
@@ -111,8 +115,7 @@ def session_order(n_talk: int, n_beats: int) -> list[int | None]:
 def _session_context(persona: Persona, plan: SessionPlan, config: RunConfig) -> SessionContext:
     catalog = load_catalog()
     order = session_order(plan.small_talk, len(plan.beats))
-    beats = [SessionBeatView(exchange=k + 1, **plan.beats[j].model_dump(include={"kind", "item", "stance", "reason", "event"}))
-             for k, j in enumerate(order) if j is not None]
+    beats = [SessionBeatView(exchange=k + 1, **_shown(plan.beats[j])) for k, j in enumerate(order) if j is not None]
     words = _words(config)
     return SessionContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
                           topic_description=catalog.topics[plan.topic].description if plan.topic in catalog.topics else plan.topic,
@@ -133,6 +136,8 @@ def _whole_sessions(persona, plans, items, unvoiced, done, *, llm, config, stats
         for plan, draft in zip(group, drafts, strict=True):
             talks[plan.session_id] = _split_session(plan, draft, items, unvoiced[plan.session_id], done, config, stats,
                                                     view)
+    confirm_implicit(persona, [(p, i, b) for p in plans for i, b in enumerate(p.beats)], done, set(), llm=llm,
+                      config=config, stats=stats, sample=0)
     return talks
 
 
@@ -159,11 +164,12 @@ def _split_session(plan, draft, items, unvoiced, done, config, stats, view) -> l
 
 
 def _unvoiced_before(plans: list[SessionPlan], items: list[str]) -> dict[str, list[str]]:
-    """session id -> preference items not yet voiced by the end of that session (chronological order)."""
+    """session id -> preference items not yet named by the end of that session (chronological order): what
+    no reply may name (an item voiced only implicitly stays in it)."""
     voiced: set[str] = set()
     out = {}
     for plan in sorted(plans, key=lambda p: (p.time, p.session_id)):
-        voiced |= {b.item for b in plan.beats if b.item}
+        voiced |= {b.item for b in plan.beats if b.item and not b.implicit}  # an implicit turn never names it
         out[plan.session_id] = [i for i in items if i not in voiced]
     return out
 
@@ -172,10 +178,17 @@ def _words(config: RunConfig) -> tuple[int, int]:
     return config.text.assistant_words_min, config.text.assistant_words_max
 
 
+def _shown(beat: Beat) -> dict:
+    """What the model is told of a beat: an implicit one's cue and event, never its item, stance or reason."""
+    if beat.implicit:
+        return {"kind": beat.kind, "item": None, "stance": None, "reason": None, "event": beat.event, "cue": beat.cue}
+    return beat.model_dump(include={"kind", "item", "stance", "reason", "event"})
+
+
 def _beat_context(persona: Persona, plan: SessionPlan, beat: Beat, words: tuple[int, int]) -> BeatContext:
     return BeatContext(name=persona.name, profile=persona.profile, style=persona.style, topic=plan.topic,
-                       date=f"{plan.time:%Y-%m-%d}", kind=beat.kind, item=beat.item, stance=beat.stance,
-                       reason=beat.reason, event=beat.event, assistant_words_min=words[0], assistant_words_max=words[1])
+                       date=f"{plan.time:%Y-%m-%d}", **_shown(beat), assistant_words_min=words[0],
+                       assistant_words_max=words[1])
 
 
 def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, view: TurnView, first_sample: int = 0,
@@ -193,6 +206,7 @@ def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, view:
         stats.regenerated += len(pending) if sample else 0
         drafts = llm.generate_each(replace(BEAT, output=exchange_draft(*words)),
                                    [_beat_context(persona, p, b, words) for p, _, b in pending], sample_index=sample)
+        before = set(done)
         for (plan, i, beat), draft in zip(pending, drafts, strict=True):
             problem = "model call failed" if draft is None else beat_problem(
                 beat, draft.user, draft.assistant, unvoiced=unvoiced[plan.session_id],
@@ -202,13 +216,15 @@ def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, view:
                 done[(plan.session_id, i)] = Exchange(_clean(draft.user), _clean(draft.assistant), sample, sample)
             else:
                 stats.problems[problem.split(" '")[0]] = stats.problems.get(problem.split(" '")[0], 0) + 1
+        confirm_implicit(persona, pending, done, before, llm=llm, config=config, stats=stats, sample=sample)
     out: dict[str, list[Exchange]] = {}
     for plan in plans:
         exchanges = []
         for i, beat in enumerate(plan.beats):
             if (plan.session_id, i) not in done:
                 stats.fallback_beats += 1
-                done[(plan.session_id, i)] = Exchange(*fallback_exchange(beat, topic_label(plan.topic)), None, None)
+                rng = derive_rng(config.seed, persona.persona_id, f"fallback:{plan.session_id}:{i}")
+                done[(plan.session_id, i)] = Exchange(*fallback_exchange(beat, topic_label(plan.topic), rng), None, None)
             exchanges.append(done[(plan.session_id, i)])
         out[plan.session_id] = exchanges
     return out
@@ -228,7 +244,10 @@ def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, view)
                 user_problem=lambda u, b=beat, p=plan: _turn_problem(b, u, None, unvoiced[p.session_id], config,
                                                                      view.at(p.topic)),
                 reply_problem=lambda u, r, b=beat, p=plan: _turn_problem(b, u, r, unvoiced[p.session_id], config,
-                                                                         view.at(p.topic))))
+                                                                         view.at(p.topic)),
+                fixed=fallback_exchange(beat, "", derive_rng(config.seed, persona.persona_id,
+                                                             f"fallback:{plan.session_id}:{i}"))[0]
+                if beat.implicit else None))
     written = write_turns(asks, llm=llm, config=config, stats=stats)
     for plan in plans:
         for i, beat in enumerate(plan.beats):
@@ -251,6 +270,9 @@ def _turn_problem(beat: Beat, user: str, assistant: str | None, unvoiced: list[s
 
 def _checked(beat: Beat, user: str, assistant: str | None, view: TurnView) -> str | None:
     """:func:`exchange_problem` for a beat's exchange: its item, and its event and reason as code's words."""
+    if beat.implicit:  # the item is not in the turns: the cue is code's words (its names are known, not unsafe)
+        return exchange_problem(user, assistant, replace(view, allowed=(*view.allowed, beat.cue or "")),
+                                known=tuple(k for k in (beat.event, beat.cue, *content_words(beat.cue or "")) if k))
     return exchange_problem(user, assistant, view, item=beat.item or "",
                             stance=beat.stance or "" if beat.kind != "life_event" else "",
                             known=tuple(k for k in (beat.event, beat.reason) if k))
@@ -349,7 +371,8 @@ def build_session(plan: SessionPlan, beats: list[Exchange], talk: list[Exchange]
     for ex, beat in rows:
         turns.append(Turn(session_id=plan.session_id, turn_index=len(turns), role="user", content=ex.user,
                           event_ids=list(beat.event_ids) if beat else [],
-                          pref_versions=list(beat.pref_versions) if beat else [], fallback=ex.user_from is None))
+                          pref_versions=list(beat.pref_versions) if beat else [], fallback=ex.user_from is None,
+                          voicing=beat.voicing if beat and beat.kind in VOICES else None))
         turns.append(Turn(session_id=plan.session_id, turn_index=len(turns), role="assistant", content=ex.assistant,
                           fallback=ex.assistant_from is None))
     session = Session(session_id=plan.session_id, persona_id=plan.persona_id, topic=plan.topic, period=plan.period,

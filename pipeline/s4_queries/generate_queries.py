@@ -86,6 +86,7 @@ def generate_queries(persona: Persona, timeline: Timeline, sessions: list[Sessio
     sound = [p for p in plans if _structurally_sound(p, facts, stats)]
     worded = _model_wordings(persona, sound, llm=llm, judge=judge, settings=settings, stats=stats, rng=rng)
     kept = []
+    voicings = {(swt.session.session_id, t.turn_index): t.voicing for swt in sessions for t in swt.turns if t.voicing}
     for plan in sound:
         wording = worded.get(plan.query_id)
         if not isinstance(wording, Wording):
@@ -93,6 +94,7 @@ def generate_queries(persona: Persona, timeline: Timeline, sessions: list[Sessio
         if wording is None:
             continue
         query = plan.to_query(wording.question, wording.texts, wording.provenance)
+        query.voicing = evidence_voicing(query, voicings)
         if problems := structural_problems(query, facts):
             _drop(stats, plan, "structural", problems[0])
             continue
@@ -101,6 +103,13 @@ def generate_queries(persona: Persona, timeline: Timeline, sessions: list[Sessio
         stats.count("by_type", query.type)
         stats.count("by_topic", query.topic)
     return kept, stats
+
+
+def evidence_voicing(query: Query, voicings: dict[tuple[str, int], str]) -> str | None:
+    """How the query's evidence voiced its preference: implicit when any evidence turn shows it without naming it,
+    explicit when they all say it, None when none voices a preference (an abstention, a life event)."""
+    found = {voicings.get((ev.session_id, ev.turn_index)) for ev in query.evidence} - {None}
+    return "implicit" if "implicit" in found else "explicit" if found else None
 
 
 def _structurally_sound(plan: QueryPlan, facts: Facts, stats: QueryStats) -> bool:

@@ -64,7 +64,7 @@ def place_query(context: Context, lay: Layout, prefixes: dict[str, list[int]], q
         # an abstention's evidence is the absence of a voicing: the whole history before the question
         return Placement(context_id=context.context_id, query_id=query.query_id, end_index=end_index,
                          context_tokens=end_tokens, distance_tokens=end_tokens, distance_sessions=end_session,
-                         evidence_position=0.0)
+                         evidence_position=0.0, voicing=query.voicing)
     nearest = None
     for ev in query.evidence:
         j = position.get(ev.session_id)
@@ -85,6 +85,7 @@ def place_query(context: Context, lay: Layout, prefixes: dict[str, list[int]], q
         distance_tokens=end_tokens - ev_end,
         distance_sessions=end_session - ev_session,
         evidence_position=ev_start / lay.n_tokens if lay.n_tokens else 0.0,
+        voicing=query.voicing,
     )
 
 
