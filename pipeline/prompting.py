@@ -293,7 +293,8 @@ def _check_variables(spec: PromptSpec, env: PromptEnv, asts: dict[str, nodes.Tem
         for var in sorted(undeclared - fields):
             line = next((n.lineno for n in ast.find_all(nodes.Name) if n.name == var), 1)
             problems.append(_problem(env, name, line, f"'{var}' is not a field of {spec.context.__name__}"))
-    for var in sorted(fields - used):
+    hidden = {n for n, f in spec.context.model_fields.items() if (f.json_schema_extra or {}).get("unrendered")}
+    for var in sorted(fields - used - hidden):  # a field marked unrendered is for code, never shown to the model
         problems.append(_problem(env, spec.template, 1, f"field '{var}' of {spec.context.__name__} is never used"))
     return problems
 

@@ -25,7 +25,7 @@ class RevealContext(BaseModel):
     cues: list[list[str]] = Field(
         default_factory=list, description="per statement, the catalog's cue situations of it: what the fake backend, "
                                           "standing in for a model that knows what a request implies, reads; the "
-                                          "template never shows them")
+                                          "template never shows them", json_schema_extra={"unrendered": True})
 
 
 class RevealVerdict(BaseModel):
