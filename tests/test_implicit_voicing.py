@@ -70,7 +70,7 @@ def test_an_implicit_turn_names_no_item_says_no_stance_and_carries_its_cue():
     assert "stance" in implicit_problem("I love a proper numbing-hot broth. Any spots?", None, item, cue)
     assert "cue" in implicit_problem("Can you help me find a nice dinner spot?", None, item, cue)
     assert implicit_problem(ok, "Try a hotpot place downtown; the broth is the point.", item, cue) == \
-        "reply names the implicit item"
+        "reply names the implicit item (['hotpot'])"
     assert "stance" in implicit_problem(ok, "Since you enjoy heat, try the broth at Chen's.", item, cue)
     assert implicit_problem(ok, "Places like Chen's do a numbing broth; go early on Saturday.", item, cue) is None
 

@@ -324,7 +324,9 @@ def _filtering(probe: dict | None, stance: dict | None) -> str:
                              for f in reported) + ".\n")
     if stance:
         rows = [[k.replace("_", " "), v] for k, v in stance.items()]
-        parts.append("\nStance check of the user turns that voice a preference version (no model needed):\n\n"
+        parts.append("\nStance check of the user turns that voice a preference version (no model needed; an explicit "
+                     "turn fails when a clause contradicts its stance, an implicit one when it names its item or says "
+                     "a stance word):\n\n"
                      + markdown_table(["count", "value"], rows))
     return "\n".join(parts) if len(parts) > 1 else ""
 

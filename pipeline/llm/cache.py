@@ -134,12 +134,25 @@ class LLMCache:
         except (OSError, sqlite3.Error) as exc:
             raise CacheError(f"{self.path}: cannot open the LLM cache ({_reason(exc)})") from None
         try:
-            self._open(busy_timeout_ms)
+            self._open_waiting(busy_timeout_ms)
         except (CacheError, sqlite3.Error) as exc:
             self._db.close()
             if isinstance(exc, CacheError):
                 raise
             raise CacheError(f"{self.path}: cannot use the LLM cache ({_reason(exc)})") from None
+
+    def _open_waiting(self, busy_timeout_ms: int) -> None:
+        """:meth:`_open`, tried again while another process holds the lock: SQLite does not wait on its busy
+        timeout for every step of it (switching a new file to WAL while another process does returns "locked" at
+        once), so several processes starting on one new cache would fail without this."""
+        deadline = time.monotonic() + busy_timeout_ms / 1000
+        while True:
+            try:
+                return self._open(busy_timeout_ms)
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
 
     def _open(self, busy_timeout_ms: int) -> None:
         """Set the connection up, refuse another program's database or a damaged one, create the table."""

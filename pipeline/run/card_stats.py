@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pipeline.checks.quality import Origin, count
 from pipeline.checks.stance import stance_problem
+from pipeline.cues import implicit_problem
 from pipeline.run.checkpoint import PersonaResult
 from pipeline.run.jobs import JobResult
 from pipeline.s3_text.filler import (
@@ -33,16 +34,21 @@ def run_summary(jobs: list[JobResult], filler: list[SessionWithTurns], filler_dr
 
 def stance_counts(results: list[PersonaResult]) -> dict[str, int]:
     """The stance check over the run: beats whose model turn it rejected (then regenerated or replaced by
-    code), and, over the published user turns voicing a version, how many it still finds contradicting."""
+    code), and, over the published user turns voicing a version, how many it still finds contradicting (the
+    explicit ones) or naming their item or a stance word (the implicit ones)."""
     rejected = sum(n for r in results for k, n in r.text.stats.problems.items() if "stance" in k)
     versions = {p.key: p for r in results for p in r.text.timeline.preferences}
     voiced = [(t, versions[t.pref_versions[-1]]) for r in results for s in r.text.sessions for t in s.turns
               if t.role == "user" and t.pref_versions and t.pref_versions[-1] in versions]
-    failing = sum(stance_problem(t.content, v.item, v.stance) is not None for t, v in voiced)
+    said = [(t, v) for t, v in voiced if t.voicing != "implicit"]
+    shown = [(t, v) for t, v in voiced if t.voicing == "implicit"]
     return {"beats": sum(r.text.stats.beats for r in results), "rejected_by_stance": rejected,
             "regenerated": sum(r.text.stats.regenerated for r in results),
             "replaced_by_code": sum(r.text.stats.fallback_beats for r in results),
-            "voicing_turns": len(voiced), "voicing_turns_failing": failing}
+            "voicing_turns": len(said),
+            "voicing_turns_failing": sum(stance_problem(t.content, v.item, v.stance) is not None for t, v in said),
+            "implicit_turns": len(shown),  # failing: naming their item or saying a stance
+            "implicit_turns_failing": sum(implicit_problem(t.content, None, v.item, "") is not None for t, v in shown)}
 
 
 def text_origin(results: list[PersonaResult], queries: list) -> dict[str, dict[str, int]]:
