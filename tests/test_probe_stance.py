@@ -12,6 +12,7 @@ import pytest
 from pipeline.catalog import load_taxonomy
 from pipeline.checks.stance import expressed, stance_problem
 from pipeline.config import load_config
+from pipeline.cues import implicit_problem
 from pipeline.llm import LLM
 from pipeline.run.persona_text import build_persona_text
 from pipeline.s1_personas.sample_personas import sample_personas
@@ -174,12 +175,15 @@ def test_abstention_and_no_change_items_are_true_by_construction(personas):
     assert any(f == "abstention" for _, f in forms)
 
 
-def test_every_user_turn_voicing_a_version_passes_the_stance_check(personas):
+def test_every_user_turn_voicing_a_version_says_its_stance_or_shows_it_unnamed(personas):
     for _, text, _ in personas:
         versions = {p.key: p for p in text.timeline.preferences}
         for s in text.sessions:
             for t in s.turns:
-                if t.role == "user" and t.pref_versions:
+                if t.role == "user" and t.pref_versions and t.voicing == "implicit":  # shown, never said
+                    v = versions[t.pref_versions[-1]]
+                    assert implicit_problem(t.content, None, v.item, "") is None, t.content
+                elif t.role == "user" and t.pref_versions:
                     v = versions[t.pref_versions[-1]]
                     assert stance_problem(t.content, v.item, v.stance) is None, t.content
 

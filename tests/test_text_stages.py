@@ -217,10 +217,13 @@ def test_the_turn_mode_writes_each_turn_in_its_own_short_call_and_every_beat_lan
     result = build_persona_text(seed, config=config, llm=llm)
     beats = result.stats.beats
     specs = [req.output.__name__ for req in llm.backend.requests]
-    assert beats and result.stats.fallback_beats == 0
-    assert specs.count("UserTurnDraft") == beats and sum(s.startswith("AssistantTurnDraft") for s in specs) == beats
+    implicit = sum(b.implicit for p in plan_sessions(result.persona, result.timeline, config=config) for b in p.beats)
+    assert beats and result.stats.fallback_beats == 0 and implicit  # an implicit beat's user turn is code's wording
+    assert specs.count("UserTurnDraft") == beats - implicit
+    assert sum(s.startswith("AssistantTurnDraft") for s in specs) == beats
     assert not any(s.startswith(("ExchangeDraft", "SessionDraft")) for s in specs)
-    assert result.stats.origin["user_turn"].model >= beats
+    assert result.stats.origin["user_turn"].model >= beats - implicit
+    assert result.stats.origin["implicit_turn"].code == implicit
 
 
 def test_auto_writes_turns_on_the_embedded_model_and_sessions_elsewhere(tmp_path):
@@ -245,8 +248,10 @@ def _turn_config(profile: str):
 def test_the_turn_mode_keeps_a_passing_user_turn_beside_code_reply_when_every_reply_fails(tmp_path):
     """A reply that never passes does not cost the beat its model-written user turn: the user turn is asked
     once, only the reply is asked again (``text.turn_attempts`` samples), then code replies; the turns'
-    fallback flags and the origin counts say which turn is whose."""
+    fallback flags and the origin counts say which turn is whose (every beat explicit: an implicit one's user
+    turn is code's wording, see test_implicit_voicing)."""
     config = _turn_config("smoke")
+    config = config.model_copy(update={"text": config.text.model_copy(update={"implicit_share": 0.0})})
     llm = fake_llm(tmp_path)
     real, asked = llm.generate_each, {"user": 0, "reply": 0}
 
@@ -291,7 +296,7 @@ def test_the_turn_mode_writes_ordinary_exchanges_a_turn_at_a_time(tmp_path):
     assert set(stats.problems) <= {"ordinary exchange names a preference item"}
     # one user-turn call per beat and per kept exchange, and at most one more per failed try of an ordinary
     # exchange (a failing user turn is asked again; a failing reply only has the reply asked again)
-    asked = specs.count("UserTurnDraft")
+    asked = specs.count("UserTurnDraft") + stats.origin["implicit_turn"].code  # code words an implicit turn
     assert stats.beats + stats.small_talk_kept <= asked <= stats.beats + stats.small_talk_kept + sum(stats.problems.values())
     ordinary = [t for s in result.sessions for t in s.turns if t.role == "user" and not (t.pref_versions or t.event_ids)]
     assert ordinary and all(not t.fallback for t in ordinary)
