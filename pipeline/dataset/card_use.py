@@ -175,7 +175,7 @@ def voicing(tables: dict[str, list[BaseModel]], share: float | None) -> str:
             "is built on a hand-written cue of the item and stance (`pipeline/data/cues/`) and carries the cue's "
             "key words; a model's wording is kept only when the same model, reading the turn alone, picks the "
             "right one of four preference statements, else code's wording of the cue is used. No reply and no "
-            "later turn names an item voiced only implicitly. A keyword lookup over the history (an item's name "
+            "ordinary turn names an item voiced only implicitly. A keyword lookup over the history (an item's name "
             "beside a stance word) answers explicit queries and fails implicit ones, so the split tells recall "
             "of what was said from understanding of what was meant: `personagen eval` reports accuracy per "
             "voicing. A query's voicing is its evidence's (implicit when any evidence turn is).\n\n"
