@@ -144,8 +144,8 @@ def _mark_implicit(slots: dict[tuple[str, str], list[Beat]], share: float, rng) 
 
 IMPLICIT_REPLY = ("Happy to help with that. Tell me a little more about when and where, and I'll suggest a few "
                   "places to start with {topic}.")
-_ASKS = ("Can you help me find {cue} {when}?", "Could you help me find {cue}?", "I'm after {cue}. Where would you start?",
-         "I'm after {cue} {when}. Any ideas?")
+_ASKS = ("{When}, can you help me find {cue}?", "Could you help me find {cue}?", "I'm after {cue}. Where would you start?",
+         "{When}, I'm hoping to find {cue}. Any ideas?")  # the time first: a cue is a long noun phrase
 _SINCE = ("Since I {event}, I'm after {cue}. Where would you start?", "Ever since I {event}, I'm after {cue}. Any ideas?",
           "I {event}, and now I'm after {cue}. Can you help me find it?")
 
@@ -156,7 +156,7 @@ def implicit_wording(beat: Beat, rng) -> str:
     frames = list(_SINCE if beat.kind == "preference_update" and beat.event else _ASKS)
     rng.shuffle(frames)
     when = rng.choice(load_situations().when)
-    worded = [f.format(cue=beat.cue, event=beat.event, when=when) for f in frames]
+    worded = [f.format(cue=beat.cue, event=beat.event, When=when[0].upper() + when[1:]) for f in frames]
     # the first that passes (a frame's own words may be the item's: "help" in "self-help audiobooks")
     return next((w for w in worded if implicit_problem(w, None, beat.item or "", beat.cue or "") is None), worded[0])
 
