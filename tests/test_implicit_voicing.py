@@ -221,3 +221,14 @@ def test_every_table_says_the_voicing():
     for table in ("turns", "queries", "placements"):
         assert "voicing" in TABLES[table][0].names
     assert Path(__file__).parent.parent.joinpath("pipeline/data/cues").is_dir()
+
+
+def test_the_eval_reports_accuracy_per_voicing():
+    from pipeline.evaluation.summary import EvalRow, group_accuracies
+
+    rows = [EvalRow(persona_id=f"p{i % 3}", query_id=f"q{i}", context_id="c", type="suggest_new_ideas", topic="t",
+                    voicing=("implicit", "explicit", "none")[i % 3], budget_tokens=32000, distance_tokens=10,
+                    distance_bucket="<1k", correct_letter="a", correct_position=0, status="answered",
+                    correct=i % 3 == 1) for i in range(12)]
+    by = {a.key: a.accuracy for a in group_accuracies(rows, n_boot=20, seed=1)["voicing"]}
+    assert by == {"voicing=explicit": 1.0, "voicing=implicit": 0.0, "voicing=none": 0.0}
