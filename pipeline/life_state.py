@@ -132,6 +132,29 @@ def first_person(summary: str) -> str:
     return re.sub(r"\btheir\b", "my", re.sub(r"\bthemselves\b", "myself", summary))
 
 
+_TO_FIRST = [(re.compile(rf"(?<![\w-]){p}(?![\w-])"), r) for p, r in (
+    ("they were", "I was"), ("they are", "I am"), ("they", "I"), ("themselves", "myself"), ("theirs", "mine"),
+    ("their", "my"), ("them", "me"))]
+_SAID_BY_USER = re.compile(r"(?<![\w-])(?:I|I'm|I've|my|me|myself|mine)(?![\w-])")
+
+
+def told_by_user(summary: str, keep: tuple[str, ...] = ()) -> str:
+    """An event summary as the user says it after "I": ``learned they were pregnant`` -> ``learned I was
+    pregnant``, ``left them ill`` -> ``left me ill``; a summary already in the first person ("as I love them",
+    where "them" is the item) and the phrases of ``keep`` (somebody else's "their") stay as they are."""
+    if _SAID_BY_USER.search(summary):
+        return summary
+    marks = {k: f"\x00{n}\x00" for n, k in enumerate(keep)}
+    text = summary
+    for phrase, mark in marks.items():
+        text = text.replace(phrase, mark)
+    for pattern, repl in _TO_FIRST:
+        text = pattern.sub(repl, text)
+    for phrase, mark in marks.items():
+        text = text.replace(mark, phrase)
+    return text
+
+
 def code_reason(summary: str, item: str, stance: str) -> str:
     """The reason code writes for a change: it names the event and the item, and nothing more. (A clause on the
     facet, "I want less getting better sleep in my life now", read false wherever the facet was a goal the item

@@ -13,6 +13,7 @@ from pipeline.catalog import load_situations, load_taxonomy
 from pipeline.checks.stance import stance_problem
 from pipeline.checks.topic import reaches
 from pipeline.cues import cues_of, implicit_problem
+from pipeline.life_state import told_by_user
 from pipeline.rng import derive_rng
 from pipeline.s2_timeline.periods import PeriodWindow, period_windows
 from pipeline.words import mentions
@@ -44,6 +45,11 @@ class Beat(BaseModel):
     @property
     def implicit(self) -> bool:
         return self.voicing == "implicit"
+
+    @property
+    def told(self) -> str | None:
+        """The event as the user says it after "I" ("learned I was pregnant"; stored of a third person)."""
+        return told_by_user(self.event, tuple(load_situations().others)) if self.event else None
 
 
 class SessionPlan(BaseModel):
@@ -156,7 +162,7 @@ def implicit_wording(beat: Beat, rng) -> str:
     frames = list(_SINCE if beat.kind == "preference_update" and beat.event else _ASKS)
     rng.shuffle(frames)
     when = rng.choice(load_situations().when)
-    worded = [f.format(cue=beat.cue, event=beat.event, When=when[0].upper() + when[1:]) for f in frames]
+    worded = [f.format(cue=beat.cue, event=beat.told, When=when[0].upper() + when[1:]) for f in frames]
     # the first that passes (a frame's own words may be the item's: "help" in "self-help audiobooks")
     return next((w for w in worded if implicit_problem(w, None, beat.item or "", beat.cue or "") is None), worded[0])
 
@@ -212,14 +218,14 @@ def fallback_exchange(beat: Beat, topic_label: str, rng=None) -> tuple[str, str]
     if beat.kind == "initial_preference":
         tries = [plain]
     elif beat.kind == "preference_update":
-        why = (beat.reason or f"I {beat.event}").rstrip(".")
+        why = (beat.reason or f"I {beat.told}").rstrip(".")
         now = "I've come to enjoy" if beat.stance == "like" else "I no longer want"
         tries = [f"Something changed for me: {why}. Since then, {now} {beat.item}.",
                  f"Something changed for me. Since then, {now} {beat.item}.", plain]
     elif beat.kind == "routine":
-        tries = [f"By the way, I {beat.event}.", f"By the way, I {beat.event}. {plain}", plain]
+        tries = [f"By the way, I {beat.told}.", f"By the way, I {beat.told}. {plain}", plain]
     else:
-        tries = [f"Some news from my life: I {beat.event}."]
+        tries = [f"Some news from my life: I {beat.told}."]
     # the first wording that passes the stance check (the plain statement always does)
     user = next((t for t in tries if not beat.item or not beat.stance or stance_problem(t, beat.item, beat.stance) is None),
                 tries[-1])

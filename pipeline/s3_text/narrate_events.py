@@ -47,7 +47,9 @@ def _link(timeline: Timeline, version: PreferenceVersion) -> str | None:
     if update is None or update.facet is None:
         return None
     words = load_catalog().facets.get(version.topic, {}).get(update.facet, update.facet)
-    return f"{'more' if update.direction == '+' else 'less'} {words}"
+    head = words.split()[0]  # "trips into nature": fewer; "cheap decor", "time outdoors": less
+    fewer = head.endswith("s") and not head.endswith(("ss", "us", "is"))
+    return f"{'more' if update.direction == '+' else 'fewer' if fewer else 'less'} {words}"
 
 
 def reason_states_link(reason: str, event: Event, item: str) -> bool:

@@ -106,8 +106,8 @@ def turn_opening(beat: Beat, rng) -> str:
     if beat.kind == "initial_preference" and beat.item:
         return f"{rng.choice(('Honestly, I', 'I have to say I', 'For what it is worth, I'))} {verb[beat.stance or 'like'][0]} {beat.item}"
     if beat.kind == "preference_update" and beat.item:
-        return f"Since I {beat.event}, I {verb[beat.stance or 'like'][1]} {beat.item}"
-    return f"{rng.choice(('By the way, I', 'Small news: I', 'Just so you know, I'))} {beat.event}"
+        return f"Since I {beat.told}, I {verb[beat.stance or 'like'][1]} {beat.item}"
+    return f"{rng.choice(('By the way, I', 'Small news: I', 'Just so you know, I'))} {beat.told}"
 
 
 ORDINARY_OPENINGS = ("Could I get your advice on {}", "I would like some general tips on {}",

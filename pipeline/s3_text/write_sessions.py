@@ -272,10 +272,10 @@ def _checked(beat: Beat, user: str, assistant: str | None, view: TurnView) -> st
     """:func:`exchange_problem` for a beat's exchange: its item, and its event and reason as code's words."""
     if beat.implicit:  # the item is not in the turns: the cue is code's words (its names are known, not unsafe)
         return exchange_problem(user, assistant, replace(view, allowed=(*view.allowed, beat.cue or "")),
-                                known=tuple(k for k in (beat.event, beat.cue, *content_words(beat.cue or "")) if k))
+                                known=tuple(k for k in (beat.event, beat.told, beat.cue, *content_words(beat.cue or "")) if k))
     return exchange_problem(user, assistant, view, item=beat.item or "",
                             stance=beat.stance or "" if beat.kind != "life_event" else "",
-                            known=tuple(k for k in (beat.event, beat.reason) if k))
+                            known=tuple(k for k in (beat.event, beat.told, beat.reason) if k))
 
 
 def _turn_small_talks(persona, plans: list[SessionPlan], items: list[str], *, llm, config, stats,
