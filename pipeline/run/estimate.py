@@ -22,7 +22,8 @@ from schemas.query_drafts import query_draft
 # exchange), used until the cache holds MIN_MEASURED calls of a kind from this model. Measured on
 # SmolLM2-135M in smoke and default runs, re-asks and failed calls included (inventory 82 tokens for 4
 # items, 209 for 10; filler 275 for 2 exchanges, 470 for 4).
-OUTPUT_TOKENS = {"profile": 100, "inventory": 21, "narration": 190, "beat": 180, "small_talk": 130, "query": 165}
+OUTPUT_TOKENS = {"profile": 100, "inventory": 21, "narration": 190, "beat": 180, "small_talk": 130, "query": 165,
+                 "reveal": 8}  # the reveal check's answer: {"answer": 2}
 MIN_MEASURED = 3
 # Calls per planned item before the cache holds a measure of this model's own: SmolLM2-135M (the
 # embedded default) needed 2.7 samples a beat and 1.9 a query in one default-profile persona; other
@@ -59,17 +60,23 @@ def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
     """Average calls of each kind per persona, from the code-only plan of the first personas."""
     plan = build_plan(config.model_copy(update={"n_personas": min(sample, config.n_personas)}))
     n = len(plan.personas)
-    beats = sum(len(s.beats) for p, t in zip(plan.personas, plan.timelines, strict=True)
-                for s in plan_sessions(p, t, config=config))
+    planned = [b for p, t in zip(plan.personas, plan.timelines, strict=True)
+               for s in plan_sessions(p, t, config=config) for b in s.beats]
+    beats, implicit = len(planned), sum(b.implicit for b in planned)
     life = sum(e.kind == "life_event" for t in plan.timelines for e in t.events)
     sessions = len(config.topics) * len(config.periods) * config.text.sessions_per_period
     queries = sum(config.queries.quota(t) for t in QUERY_TYPES)
     if config.text.writing in ("session", "auto"):  # one call per session; a beat call only rewrites a failing beat
         return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": 0.0,
-                "small_talk": sessions, "query": queries, "sessions": sessions, "beats": beats / n}
-    per_beat = 2 if config.text.writing == "turn" else 1  # the turn mode: the user's message, then the reply
-    return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": per_beat * beats / n,
-            "small_talk": sessions if config.text.small_talk_exchanges else 0, "query": queries, "sessions": sessions}
+                "small_talk": sessions, "query": queries, "sessions": sessions, "beats": beats / n,
+                "reveal": implicit / n}  # the reveal check of each implicit turn the model wrote
+    if config.text.writing == "turn":  # the user's message, then the reply; an implicit one's message is code's
+        return {"profile": 1, "inventory": len(config.topics), "narration": life / n,
+                "beat": (2 * beats - implicit) / n, "small_talk": sessions if config.text.small_talk_exchanges else 0,
+                "query": queries, "sessions": sessions}
+    return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": beats / n,
+            "reveal": implicit / n, "small_talk": sessions if config.text.small_talk_exchanges else 0,
+            "query": queries, "sessions": sessions}
 
 
 def recent_throughput(llm: LLM, *, gap_s: float = 120.0, min_calls: int = 8, min_span_s: float = 20.0) -> float | None:
