@@ -212,7 +212,8 @@ class QuerySettings(Strict):
     abstain_share: float = Field(default=0.25, ge=0.0, le=1.0,
                                  description="share of the types with a forgetful option whose answer is 'you have not told me'")
     no_change_share: float = Field(default=0.25, ge=0.0, le=1.0,
-                                   description="share of evolution and reason queries about a preference that never changed")
+                                   description="share of evolution queries about a preference that never changed (a reasons question asks it "
+                                               "as often as its design shows 'has not changed': half of its options)")
     probe: ProbeSettings = Field(default_factory=ProbeSettings)
 
     @model_validator(mode="after")

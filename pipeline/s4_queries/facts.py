@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.rng import derive_rng
-from pipeline.s4_queries.sources import Pools, retells
+from pipeline.s4_queries.sources import Pools
 from pipeline.words import content_words, mentioned, stems
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
@@ -28,6 +28,9 @@ class TurnRef(BaseModel):
     time: datetime
     session_id: str
     turn_index: int
+
+
+DECOYS_PER_TOPIC = 2  # the never-held items a topic's item x stance questions show
 
 
 @dataclass
@@ -194,28 +197,6 @@ class Facts:
             ways.append([(f"taxonomy:{r}", r) for r in dict.fromkeys(shown) if r not in taken][:k])
         return ways[0], ways[1]
 
-    def lived_decoy(self, pref_id: str, as_of: datetime) -> Event | None:
-        """A life event the persona lived that did not turn this preference, for a wrong reason: of the preference's
-        topic or naming its item (so as plausible a cause as an unlived one), after its last change (or, never
-        changed, its start) and before ``as_of``, no cause of any of its versions nor a retelling of one, so "your
-        view changed after/since you ..." is false of it. Causes of the persona's other preferences first (other
-        questions show them, so an event that comes back across its questions is no sign of the true one); fixed
-        per (preference, as_of)."""
-        return self._memoized(("lived_decoy", pref_id, as_of), lambda: self._lived_decoy(pref_id, as_of))
-
-    def _lived_decoy(self, pref_id: str, as_of: datetime) -> Event | None:
-        versions = [v for v in self.timeline.versions(pref_id) if v.valid_from <= as_of]
-        if not versions:
-            return None
-        causes, now = self.causes(pref_id), versions[-1]
-        named, barred = stems(now.item), {c.event_id for c in causes}
-        turned = {c.event_id for v in self.timeline.preferences if (c := self.life_cause(v))}
-        pool = [e for e in self.timeline.events if e.kind == "life_event" and now.valid_from < e.time < as_of
-                and (e.topic == now.topic or stems(e.summary) & named) and e.event_id not in barred
-                and not any(retells(e.summary, c.summary) for c in causes)]
-        derive_rng(0, self.persona.persona_id, pref_id, "lived_decoy").shuffle(pool)
-        return min(pool, key=lambda e: e.event_id not in turned, default=None)
-
     def related_untold(self, topic: str, rng: random.Random, k: int, near: str = "") -> list[str]:
         """Up to ``k`` life events the persona never lived that reach ``topic`` (as related to it as a told
         one), of about the length of ``near``: first the wrong reasons its revisit and generalize questions
@@ -234,15 +215,20 @@ class Facts:
                        and (d := self.decoy_item(topic, pid, v.item))})
 
     def decoy_item(self, topic: str, pref_id: str, like: str) -> str | None:
-        """An item of the persona's own pool for ``topic`` never held nor named, fixed per (persona,
-        preference), of the focal item's source (catalog or model) where one is, and of about its length:
-        the second item of an item x stance design (acknowledge, provide), so neither row stands out by its item."""
-        return self._memoized(("decoy_item", topic, pref_id, like), lambda: self._decoy_item(topic, pref_id, like))
+        """An item of the persona's own pool for ``topic`` never held nor named: the second item of an item x stance
+        design (acknowledge, provide), so neither row stands out by its item. One of ``DECOYS_PER_TOPIC`` items
+        fixed per (persona, topic), of the focal item's source (catalog or model) where one is, the one nearest
+        its length: every question of the topic shows the same few, so a decoy comes back across the persona's
+        questions about as often as the preferences it stands beside (one per preference came back once, the
+        focal item in every question about it), and the suggest and abstention questions that show it make it
+        right there."""
+        return self._memoized(("decoy_item", topic, pref_id, like), lambda: self._decoy_item(topic, like))
 
-    def _decoy_item(self, topic: str, pref_id: str, like: str) -> str | None:
-        rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_item")
-        spare = [i for i in self.spare_items(topic, rng, 8) if i != like]
-        same = [i for i in spare if self.pools.source(topic, i) == self.pools.source(topic, like)] or spare
+    def _decoy_item(self, topic: str, like: str) -> str | None:
+        rng = derive_rng(0, self.persona.persona_id, topic, "decoy_item")
+        spare = [i for i in self.spare_items(topic, rng, 12) if i != like]
+        source = self.pools.source(topic, like)
+        same = ([i for i in spare if self.pools.source(topic, i) == source] or spare)[:DECOYS_PER_TOPIC]
         size = len(like.split())
         return min(same, key=lambda i: abs(len(i.split()) - size)) if same else None
 

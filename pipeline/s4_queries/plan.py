@@ -22,7 +22,7 @@ from pipeline.s4_queries.options import (
     overlap_problem,
 )
 from pipeline.s4_queries.sources import Pools, reference_causes, shadow_timelines
-from pipeline.s4_queries.types import BUILDERS
+from pipeline.s4_queries.types import BUILDERS, REVISIT_STILL
 from pipeline.s4_queries.wording import draw_message
 from schemas.catalog import InventoryItem
 from schemas.config import QuerySettings, RunConfig
@@ -91,6 +91,8 @@ def plan_queries(facts: Facts, *, settings: QuerySettings, rng: random.Random) -
         special: list[QueryPlan] = []
         for variant in VARIANTS.get(qtype, ()):
             share = settings.abstain_share if variant == "abstention" else settings.no_change_share
+            if (qtype, variant) == ("revisit_reasons_behind_preference_updates", "no_change"):
+                share = REVISIT_STILL / facts.n_options  # as often as its design shows "has not changed"
             special += _take(facts, qtype, variant, _share_count(quota, share, rng), usage, rng, settings,
                              shown=shown, given=given)
         # the forgetful reply is shown FORGETFUL_WEIGHT times as often as it is right (see types.py)

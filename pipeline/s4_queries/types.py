@@ -229,17 +229,20 @@ def track_full_preference_evolution(facts: Facts, topic: str, focal: str, as_of:
 
 
 # -- 5. revisit_reasons_behind_preference_updates -------------------------------------------------------------
+REVISIT_STILL = 2  # the "has not changed" options of a reasons question: one per stance
 def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: str, as_of: datetime, rng,
                                               variant: Variant = "statement", **_) -> Built | None:
-    """One "has not changed; you still ..." option and three "changed after ..." options, about the one
-    item the question names (so no other change of the topic can make "has not changed" false).
+    """Two reasons x two "has not changed" stances, about the one item the question names (so no other change
+    of the topic can make "has not changed" false): "changed after R" for two reasons and "has not changed; you
+    still S it" for both stances.
 
-    Statement: the cause of the last change, two reasons that caused no version of the item (a life event
-    the persona never lived that would have turned it, fixed per preference, which its generalize question
-    shows beside the cause; and one of the topic it lived after the item's last change, which turned
-    something else, or else a second unlived one), and the old stance as if unchanged. No change: the current stance as
-    unchanged and three such reasons. The lone "not changed" option is right as often as the no-change
-    form is asked (a quarter by default, the rate of any one option); the reasons come from one pool."""
+    Statement: the cause of the last change and a reason that caused no version of the item (a life event the
+    persona never lived that would have turned it, fixed per preference, which its generalize question shows
+    beside the cause, so both reasons come back across the persona's questions alike), and both stances as if
+    unchanged (the old one outdated, the current one wrong in saying it never changed). No change: the current
+    stance as unchanged, the other stance, and two such reasons. Every option shares its form with one other
+    option; the planner asks the no-change form at the rate the design shows it (``REVISIT_STILL`` of the
+    options), so each option is right at the rate of any other; the correct stance is balanced by the planner."""
     current, previous = facts.current_and_previous(focal, as_of)
     if current is None or (previous is None) != (variant == "no_change"):
         return None
@@ -255,19 +258,18 @@ def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: s
     def still(stance: str) -> str:
         return wording["still"].format(**item_slots(item), stance=stance_verb(wording, stance))
 
-    # the last wrong reason one the persona lived (of the topic, after the item's last change, which turned
-    # something else) where there is one: other questions show it as a true reason, as its generalize question
-    # shows the cause and the first unlived one, so none comes back across the persona's questions less often
-    lived = facts.lived_decoy(focal, as_of)
-    wrong = facts.decoy_reasons(focal, facts.n_options - (1 if cause is None else 2) - (lived is not None))
-    wrong += [(lived.event_id, lived.summary)] if lived else []
+    reasons = facts.n_options - REVISIT_STILL
+    wrong = facts.decoy_reasons(focal, reasons - (cause is not None))
+    if len(wrong) < reasons - (cause is not None):
+        return None
     if cause is None:
-        options = [option("correct", [current.key], still(current.stance))]
+        options = [option("correct", [current.key], still(current.stance)),
+                   option("violates_preference", [current.key], still(flip(current.stance)))]
     else:
-        options = [option("correct", [current.key, cause.event_id], changed(cause.summary))]
+        options = [option("correct", [current.key, cause.event_id], changed(cause.summary)),
+                   option("outdated_preference", [previous.key], still(previous.stance)),
+                   option("generic", [], still(current.stance))]
     options += [option("wrong_reason", [g], changed(s)) for g, s in wrong]
-    if cause is not None:
-        options.append(option("outdated_preference", [previous.key], still(previous.stance)))
     answer = cause.summary if cause else options[0].text
     return built(facts, answer, options, [current.key], facts.updates(current.pref_id, as_of), form=variant,
                  ask_slots=item_slots(item))
