@@ -101,8 +101,13 @@ def plural(item: str) -> bool:
     words = item.split()
     if not words or (_GERUND_LEADS.match(words[0]) and len(words) > 1 and words[0] not in ("evening", "morning")):
         return False
-    last = words[-1].lower().strip(".,")
+    # the head noun ends the phrase or comes before its first preposition ("oysters on the half shell")
+    cut = next((k for k, w in enumerate(words) if k and w.lower() in _HEAD_ENDS), len(words))
+    last = words[cut - 1].lower().strip(".,")
     return last.endswith("s") and not last.endswith(_NOT_PLURAL)
+
+
+_HEAD_ENDS = frozenset({"of", "on", "in", "with", "for", "at", "from", "to", "by", "under", "without", "over"})
 
 
 _IT = re.compile(r"\bit\b")

@@ -393,26 +393,33 @@ def test_revisit_names_its_item_and_no_wrong_reason_caused_a_change_of_it(fifty)
     assert 0.35 < forms["no_change"] / sum(forms.values()) < 0.65  # as often as the design shows "has not changed"
 
 
-def test_a_topics_item_x_stance_questions_share_a_few_decoy_items(fifty):
-    """The never-held item beside the focal one (acknowledge, provide) is one of a few per persona and topic, so it
-    comes back across the persona's questions about as often as the preferences it stands beside; some of the
-    persona's suggest or abstention questions make such an item the answer."""
-    from pipeline.s4_queries.facts import DECOYS_PER_TOPIC
+def test_never_held_items_are_drawn_at_the_rate_personas_hold_them(fifty):
+    """A never-held item (suggest's new idea, a decoy row, an abstention's item) is drawn at the rate the reference
+    personas hold it, so an item many personas hold is no sign of a held one across the dataset."""
+    config, results = fifty
+    facts = _facts(fifty, results[0][0].persona.persona_id)
+    topic = next(t for t in facts.by_topic if len(facts.pools.fresh_items(t, random.Random(0), 99)) >= 8)
+    pool = facts.pools.fresh_items(topic, random.Random(0), 99)
+    holds = facts.pools.holds
+    common, rare = max(pool, key=lambda i: holds.get(i, 0)), min(pool, key=lambda i: holds.get(i, 0))
+    assert holds.get(common, 0) >= 2 + holds.get(rare, 0)
+    drawn = Counter(facts.pools.fresh_items(topic, random.Random(k), 1)[0] for k in range(600))
+    assert drawn[common] > 1.5 * drawn[rare]
 
-    decoys: dict[tuple[str, str], set[str]] = {}
-    right = 0
-    types = ("acknowledge_latest_preferences", "provide_preference_aligned_recommendations")
-    for _, queries, _ in fifty[1]:
-        for q in queries:
-            items = {g.removeprefix("inventory:") for o in q.options if o.role != "correct"
-                     for g in o.grounding if g.startswith("inventory:")}
-            if q.type in types:
-                decoys.setdefault((q.persona_id, q.topic), set()).update(items)
-        for q in queries:
-            answer = {g.split(":", 1)[1] for g in q.options[q.correct_index].grounding if g.startswith(("inventory:", "absent:"))}
-            right += bool(answer & decoys.get((q.persona_id, q.topic), set()))
-    assert decoys and max(len(d) for d in decoys.values()) <= DECOYS_PER_TOPIC
-    assert sum(len(d) == DECOYS_PER_TOPIC for d in decoys.values()) > 0 and right > 0
+
+def test_a_wrong_reason_is_of_the_true_causes_kind(fifty):
+    """Wrong reasons of a changed preference are of its cause's kind (a minor experience beside a minor cause, no
+    year abroad beside a weekend), wherever the taxonomy has enough of that kind that reach the item."""
+    from pipeline.s4_queries.sources import event_kind
+
+    same = total = 0
+    for q in _kept(fifty, "generalize_to_new_scenarios"):
+        facts = _facts(fifty, q.persona_id)
+        cause = facts.timeline.event(next(g for g in q.options[q.correct_index].grounding if g.startswith("evt_")))
+        for o in (o for o in q.options if o.role == "wrong_reason"):
+            total += 1
+            same += event_kind(o.grounding[0].removeprefix("taxonomy:")) == event_kind(cause.summary)
+    assert total > 50 and same / total > 0.9
 
 
 def test_recall_asks_about_the_topic_in_every_form(fifty):

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from pydantic import BaseModel, ConfigDict
 
 from pipeline.rng import derive_rng
-from pipeline.s4_queries.sources import Pools
+from pipeline.s4_queries.sources import Pools, event_kind
 from pipeline.words import content_words, mentioned, stems
 from schemas.conversation import SessionWithTurns
 from schemas.persona import Persona
@@ -28,9 +28,6 @@ class TurnRef(BaseModel):
     time: datetime
     session_id: str
     turn_index: int
-
-
-DECOYS_PER_TOPIC = 2  # the never-held items a topic's item x stance questions show
 
 
 @dataclass
@@ -176,6 +173,7 @@ class Facts:
     def _decoy_ways(self, pref_id: str, k: int) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
         causes = self.causes(pref_id)
         barred, near = {c.summary for c in causes}, causes[-1].summary if causes else ""
+        kind = event_kind(near) if near else None
         now = self.timeline.versions(pref_id)[-1]
         named = stems(now.item)
         rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_reasons")
@@ -185,14 +183,17 @@ class Facts:
             for tier in self.pools.related_events(now.topic, now.item, "+" if stance == "like" else "-"):
                 tier = [s for s in tier if s not in barred]
                 rng.shuffle(tier)
-                tier.sort(key=lambda s: s not in self.pools.causes)  # events of the kind personas live first
+                # events of the true cause's kind (scale, and whether it takes months) first, then of the kind
+                # personas live: the simulator's causes in a week or a month are minor experiences
+                tier.sort(key=lambda s: (kind is not None and event_kind(s) != kind, s not in self.pools.causes))
                 pool += tier
             # of about the cause's length (in steps of 3 words), those sharing words with the item first: a true
             # cause often names it ("food poisoning from street noodle soup" for pho), so sharing words with the
             # item does not tell the true reason
             shown = pool[: max(3 * k, 8)] + [s for s in pool[max(3 * k, 8):] if stems(s) & named]
             size = len(near.split())
-            shown.sort(key=lambda s: (abs(len(s.split()) - size) // 3 if near else 0, not stems(s) & named))
+            shown.sort(key=lambda s: (kind is not None and event_kind(s) != kind,
+                                      abs(len(s.split()) - size) // 3 if near else 0, not stems(s) & named))
             taken = {r for way in ways for _, r in way}
             ways.append([(f"taxonomy:{r}", r) for r in dict.fromkeys(shown) if r not in taken][:k])
         return ways[0], ways[1]
@@ -215,20 +216,15 @@ class Facts:
                        and (d := self.decoy_item(topic, pid, v.item))})
 
     def decoy_item(self, topic: str, pref_id: str, like: str) -> str | None:
-        """An item of the persona's own pool for ``topic`` never held nor named: the second item of an item x stance
-        design (acknowledge, provide), so neither row stands out by its item. One of ``DECOYS_PER_TOPIC`` items
-        fixed per (persona, topic), of the focal item's source (catalog or model) where one is, the one nearest
-        its length: every question of the topic shows the same few, so a decoy comes back across the persona's
-        questions about as often as the preferences it stands beside (one per preference came back once, the
-        focal item in every question about it), and the suggest and abstention questions that show it make it
-        right there."""
-        return self._memoized(("decoy_item", topic, pref_id, like), lambda: self._decoy_item(topic, like))
+        """An item of the persona's own pool for ``topic`` never held nor named, fixed per (persona,
+        preference), of the focal item's source (catalog or model) where one is, and of about its length:
+        the second item of an item x stance design (acknowledge, provide), so neither row stands out by its item."""
+        return self._memoized(("decoy_item", topic, pref_id, like), lambda: self._decoy_item(topic, pref_id, like))
 
-    def _decoy_item(self, topic: str, like: str) -> str | None:
-        rng = derive_rng(0, self.persona.persona_id, topic, "decoy_item")
-        spare = [i for i in self.spare_items(topic, rng, 12) if i != like]
-        source = self.pools.source(topic, like)
-        same = ([i for i in spare if self.pools.source(topic, i) == source] or spare)[:DECOYS_PER_TOPIC]
+    def _decoy_item(self, topic: str, pref_id: str, like: str) -> str | None:
+        rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_item")
+        spare = [i for i in self.spare_items(topic, rng, 8) if i != like]
+        same = [i for i in spare if self.pools.source(topic, i) == self.pools.source(topic, like)] or spare
         size = len(like.split())
         return min(same, key=lambda i: abs(len(i.split()) - size)) if same else None
 

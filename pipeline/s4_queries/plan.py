@@ -21,7 +21,7 @@ from pipeline.s4_queries.options import (
     length_problem,
     overlap_problem,
 )
-from pipeline.s4_queries.sources import Pools, reference_causes, shadow_timelines
+from pipeline.s4_queries.sources import Pools, reference_causes, reference_holds, shadow_timelines
 from pipeline.s4_queries.types import BUILDERS, REVISIT_STILL
 from pipeline.s4_queries.wording import draw_message
 from schemas.catalog import InventoryItem
@@ -74,7 +74,8 @@ def persona_facts(persona: Persona, timeline: Timeline, sessions: list[SessionWi
     own = [s for s in sessions if s.session.persona_id == persona.persona_id]
     shadows = shadow_timelines(config, persona.persona_id, inventory=inventory)
     pools = Pools(persona=persona, timeline=timeline, shadows=shadows, topics=list(config.topics),
-                  inventory=dict(inventory or {}), causes=reference_causes(config))
+                  inventory=dict(inventory or {}), causes=reference_causes(config),
+                  holds=reference_holds(config))
     return Facts(persona=persona, timeline=timeline, sessions=own, pools=pools, n_options=config.queries.n_options)
 
 

@@ -15,6 +15,7 @@ from functools import cache
 from pipeline.catalog import catalog_inventory, load_catalog, load_taxonomy
 from pipeline.rng import derive_rng, derive_seed
 from pipeline.s1_personas.sample_personas import persona_from_seed, sample_builtin_seed
+from pipeline.s2_timeline.coherence import LASTING, scale_of
 from pipeline.s2_timeline.events import catalog_facets
 from pipeline.s2_timeline.simulate_timeline import simulate_timeline
 from pipeline.words import mentions, stems, with_item
@@ -49,7 +50,7 @@ def shadow_timelines(config: RunConfig, persona_id: str, count: int = SHADOWS,
 
 
 REFERENCE_PERSONAS = 40
-_CAUSES: dict[tuple[str, ...], frozenset[str]] = {}
+_REFERENCE: dict[tuple[str, ...], tuple[dict[str, int], dict[str, int]]] = {}
 
 
 def reference_causes(config: RunConfig) -> frozenset[str]:
@@ -57,16 +58,32 @@ def reference_causes(config: RunConfig) -> frozenset[str]:
     personas on the catalog (the run's topics, a fixed seed; computed once per process and topics): wrong reasons
     drawn from these first are events of the kind a persona lives, so an event's kind does not tell a lived
     cause from a made-up one."""
+    return frozenset(_reference(config)[0])
+
+
+def reference_holds(config: RunConfig) -> dict[str, int]:
+    """How many of the ``REFERENCE_PERSONAS`` hold each catalog item at some time: never-held items are drawn at
+    these rates (``Pools.fresh_items``), so an item's own prior (one many personas hold, one few do) does not tell
+    a held item from a never-held one across the dataset."""
+    return _reference(config)[1]
+
+
+def _reference(config: RunConfig) -> tuple[dict[str, int], dict[str, int]]:
     key = tuple(sorted(config.topics))
-    if key not in _CAUSES:
+    if key not in _REFERENCE:
         timelines = shadow_timelines(config.model_copy(update={"seed": 0}), "reference", count=REFERENCE_PERSONAS)
-        found: set[str] = set()
+        causes: dict[str, int] = {}
+        holds: dict[str, int] = {}
         for timeline in timelines:
             kinds = {e.event_id: e for e in timeline.events}
-            found |= {kinds[e.parent_event_id].summary for e in timeline.edges
-                      if e.relation == "causes" and kinds[e.parent_event_id].kind == "life_event"}
-        _CAUSES[key] = frozenset(found)
-    return _CAUSES[key]
+            for edge in timeline.edges:
+                parent = kinds[edge.parent_event_id]
+                if edge.relation == "causes" and parent.kind == "life_event":
+                    causes[parent.summary] = causes.get(parent.summary, 0) + 1
+            for item in {p.item for p in timeline.preferences}:
+                holds[item] = holds.get(item, 0) + 1
+        _REFERENCE[key] = (causes, holds)
+    return _REFERENCE[key]
 
 
 @dataclass
@@ -79,6 +96,7 @@ class Pools:
     topics: list[str]
     inventory: dict[str, list[InventoryItem]] = field(default_factory=dict)
     causes: frozenset[str] = frozenset()  # events the simulator makes causes (``reference_causes``)
+    holds: dict[str, int] = field(default_factory=dict)  # how many reference personas hold an item (``reference_holds``)
     held: set[str] = field(default_factory=set)
     _unheld: dict[str, bool] = field(default_factory=dict)
     _related: dict[tuple, list[list[str]]] = field(default_factory=dict)
@@ -94,9 +112,11 @@ class Pools:
 
     def fresh_items(self, topic: str, rng: random.Random, k: int) -> list[str]:
         """Up to ``k`` items of ``topic`` the persona never held: from its own inventory (the pool its
-        held items come from) when it has any, else from the catalog."""
+        held items come from) when it has any, else from the catalog; drawn without replacement at the rate
+        personas hold them (``holds``, plus one half), so a never-held item shown is as common an item as a held one."""
         items = [i.name for i in self._items(topic) if self.unheld(i.name)]
-        return rng.sample(items, min(k, len(items)))
+        keys = {name: rng.random() ** (1.0 / (self.holds.get(name, 0) + 0.5)) for name in items}
+        return sorted(items, key=lambda name: -keys[name])[:k]
 
     def source(self, topic: str, name: str) -> str:
         """Where an item of the pool comes from: "catalog" (hand-written, with facets) or "model"."""
@@ -198,3 +218,14 @@ def _event_effects() -> list[tuple[str, tuple, frozenset[str], tuple[int, int], 
 def _catalog_names(topic: str) -> frozenset[str]:
     catalog = load_catalog()
     return frozenset(i.name for i in catalog.topics[topic].items) if topic in catalog.topics else frozenset()
+
+
+@cache
+def _event_kinds() -> dict[str, tuple[str, bool]]:
+    return {summary: (scale_of(spec), bool(LASTING.search(summary))) for summary, (_, spec) in load_taxonomy().event_specs().items()}
+
+
+def event_kind(summary: str) -> tuple[str, bool] | None:
+    """A taxonomy life event's scale (major / minor) and whether it takes months: a wrong reason of another kind than
+    the true cause (a long stay beside a week's experience) would tell them apart."""
+    return _event_kinds().get(summary)

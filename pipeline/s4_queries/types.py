@@ -151,7 +151,9 @@ def acknowledge_latest_preferences(facts: Facts, topic: str, focal: str, as_of: 
         held = [v for v in facts.held(topic, as_of) if facts.refs([v.key], as_of)]
         if not held:
             return None
-        other = rng.choice(held)
+        # a held item that changed comes back in the persona's track and reason questions: one that never
+        # changed first, as the never-voiced focal comes back about as rarely
+        other = rng.choice([v for v in held if not facts.updates(v.pref_id, as_of)] or held)
         form = flip(other.stance)
         options = [option("correct", [f"{ABSENT}{focal}"], unsure(focal)),
                    option("generic", [], said(focal, form)),
@@ -167,7 +169,9 @@ def acknowledge_latest_preferences(facts: Facts, topic: str, focal: str, as_of: 
     keys = [current.key] + ([previous.key] if previous else [])
     opposite = [v for v in facts.held(topic, as_of) if v.stance != current.stance and facts.refs([v.key], as_of)]
     if forgetful and opposite:
-        other = rng.choice(opposite)
+        # an item that changed if the focal did (and not if not): both rows come back across the questions alike
+        changed = bool(facts.updates(current.pref_id, as_of))
+        other = rng.choice([v for v in opposite if bool(facts.updates(v.pref_id, as_of)) == changed] or opposite)
         options = [option("correct", [current.key], said(item, current.stance)),
                    option("forgetful", [], unsure(item)),
                    option("violates_preference", [other.key], said(other.item, current.stance)),
