@@ -53,7 +53,7 @@ def recall_user_shared_facts(facts: Facts, topic: str, focal: str, as_of: dateti
     per question and of about the answer's length."""
     wording = reply_variant("recall_user_shared_facts", rng)
     phrase = topic_situations(topic).phrase
-    forgot = wording["forgot"].format(phrase=phrase)
+    forgot = wording["forgot"].format(phrase=second_person(phrase))  # "my reading" is the user's: "your reading"
 
     def told(summary: str) -> str:
         return wording["told"].format(reason=second_person(summary))
