@@ -33,6 +33,13 @@ class TopicSituations(BaseModel):
 
     phrase: str = Field(min_length=3)
     situations: dict[str, str] = Field(min_length=2)
+    broad: list[str] = Field(default_factory=list, description="the situations every item of the topic fits, drawn "
+                                                               "for questions whose replies name two or more items "
+                                                               "(none given: all)")
+
+    def keys(self, broad: bool = False) -> list[str]:
+        """The situation ids to draw from, sorted: the broad ones only when ``broad`` and the topic lists any."""
+        return sorted(self.broad if broad and self.broad else self.situations)
 
 
 class SituationCatalog(BaseModel):
@@ -77,4 +84,6 @@ class SituationCatalog(BaseModel):
             for key, text in topic.situations.items():
                 if slots(text) - {"when"}:
                     raise ValueError(f"topics.{name}.situations.{key}: only {{when}} may be filled")
+            if unknown := [k for k in topic.broad if k not in topic.situations]:
+                raise ValueError(f"topics.{name}.broad: {unknown[0]!r} is not one of its situations")
         return self

@@ -64,6 +64,27 @@ def test_the_catalog_covers_every_type_and_refuses_an_unknown_slot_naming_the_fi
     bad.write_text(yaml.safe_dump(raw), encoding="utf-8")
     with pytest.raises(DataFileError, match="asks nothing"):
         load_situations.__wrapped__(bad)
+    raw["messages"]["suggest_new_ideas"] = ["{situation}. What is new?"]
+    raw["topics"]["homeDecoration"]["broad"] = ["season", "sauna"]
+    bad.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(DataFileError, match=r"homeDecoration\.broad.*sauna"):
+        load_situations.__wrapped__(bad)
+
+
+def test_a_question_naming_two_items_comes_from_a_situation_every_item_fits(ten):
+    """"I am redoing my living room" beside heated bathroom floors would tell which item is the persona's: the
+    types whose replies name two or more items are asked from the topic's broad situations; the others from all."""
+    from pipeline.s4_queries.wording import MANY_ITEMS, topic_situations
+
+    seen = {True: set(), False: set()}
+    for _, qs, _ in ten:
+        for q in qs:
+            if q.type == "recall_user_shared_facts":
+                continue
+            entry = topic_situations(q.topic)
+            assert q.provenance["situation"] in entry.keys(q.type in MANY_ITEMS), (q.type, q.provenance["situation"])
+            seen[q.type in MANY_ITEMS].add(q.provenance["situation"])
+    assert seen[True] and seen[False] - seen[True]  # the narrow ones are asked by the single-item types
 
 
 @pytest.fixture(scope="module")

@@ -30,10 +30,14 @@ class Situation(NamedTuple):
     phrase: str
 
 
-def draw_situation(topic: str, rng: random.Random) -> Situation:
-    """A situation of ``topic`` drawn by ``rng`` (its ``{when}`` too)."""
+# the types whose replies name two or more items: asked from a situation every item of the topic fits
+MANY_ITEMS = frozenset({"acknowledge_latest_preferences", "provide_preference_aligned_recommendations", "suggest_new_ideas"})
+
+
+def draw_situation(topic: str, rng: random.Random, broad: bool = False) -> Situation:
+    """A situation of ``topic`` drawn by ``rng`` (its ``{when}`` too); one of its broad ones when ``broad``."""
     entry, catalog = topic_situations(topic), load_situations()
-    key = rng.choice(sorted(entry.situations))
+    key = rng.choice(entry.keys(broad))
     when = rng.choice(catalog.when)
     return Situation(key, entry.situations[key].format(when=when), entry.phrase)
 
@@ -44,7 +48,7 @@ def draw_message(qtype: str, topic: str, rng: random.Random, asked: set[str], **
     catalog = load_situations()
     text, key = "", ""
     for _ in range(24):
-        where = draw_situation(topic, rng)
+        where = draw_situation(topic, rng, broad=qtype in MANY_ITEMS)
         when, who = rng.choice(catalog.when), rng.choice(catalog.who)
         frame = rng.choice(catalog.messages[qtype])
         text = _sentence(frame.format(situation=where.text, phrase=where.phrase, when=when, who=who,
