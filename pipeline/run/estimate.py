@@ -66,17 +66,14 @@ def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
     life = sum(e.kind == "life_event" for t in plan.timelines for e in t.events)
     sessions = len(config.topics) * len(config.periods) * config.text.sessions_per_period
     queries = sum(config.queries.quota(t) for t in QUERY_TYPES)
+    counts = {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": beats / n,
+              "small_talk": sessions if config.text.small_talk_exchanges else 0, "query": queries, "sessions": sessions}
     if config.text.writing in ("session", "auto"):  # one call per session; a beat call only rewrites a failing beat
-        return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": 0.0,
-                "small_talk": sessions, "query": queries, "sessions": sessions, "beats": beats / n,
-                "reveal": implicit / n}  # the reveal check of each implicit turn the model wrote
+        # the reveal check of each implicit turn the model wrote
+        return counts | {"beat": 0.0, "small_talk": sessions, "beats": beats / n, "reveal": implicit / n}
     if config.text.writing == "turn":  # the user's message, then the reply; an implicit one's message is code's
-        return {"profile": 1, "inventory": len(config.topics), "narration": life / n,
-                "beat": (2 * beats - implicit) / n, "small_talk": sessions if config.text.small_talk_exchanges else 0,
-                "query": queries, "sessions": sessions}
-    return {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": beats / n,
-            "reveal": implicit / n, "small_talk": sessions if config.text.small_talk_exchanges else 0,
-            "query": queries, "sessions": sessions}
+        return counts | {"beat": (2 * beats - implicit) / n}
+    return counts | {"reveal": implicit / n}
 
 
 def recent_throughput(llm: LLM, *, gap_s: float = 120.0, min_calls: int = 8, min_span_s: float = 20.0) -> float | None:

@@ -174,6 +174,10 @@ class Facts:
         causes = self.causes(pref_id)
         barred, near = {c.summary for c in causes}, causes[-1].summary if causes else ""
         kind = event_kind(near) if near else None
+
+        def off_kind(summary: str) -> bool:  # of another kind than the true cause (scale, months)
+            return kind is not None and event_kind(summary) != kind
+
         now = self.timeline.versions(pref_id)[-1]
         named = stems(now.item)
         rng = derive_rng(0, self.persona.persona_id, pref_id, "decoy_reasons")
@@ -185,15 +189,14 @@ class Facts:
                 rng.shuffle(tier)
                 # events of the true cause's kind (scale, and whether it takes months) first, then of the kind
                 # personas live: the simulator's causes in a week or a month are minor experiences
-                tier.sort(key=lambda s: (kind is not None and event_kind(s) != kind, s not in self.pools.causes))
+                tier.sort(key=lambda s: (off_kind(s), s not in self.pools.causes))
                 pool += tier
             # of about the cause's length (in steps of 3 words), those sharing words with the item first: a true
             # cause often names it ("food poisoning from street noodle soup" for pho), so sharing words with the
             # item does not tell the true reason
             shown = pool[: max(3 * k, 8)] + [s for s in pool[max(3 * k, 8):] if stems(s) & named]
             size = len(near.split())
-            shown.sort(key=lambda s: (kind is not None and event_kind(s) != kind,
-                                      abs(len(s.split()) - size) // 3 if near else 0, not stems(s) & named))
+            shown.sort(key=lambda s: (off_kind(s), abs(len(s.split()) - size) // 3 if near else 0, not stems(s) & named))
             taken = {r for way in ways for _, r in way}
             ways.append([(f"taxonomy:{r}", r) for r in dict.fromkeys(shown) if r not in taken][:k])
         return ways[0], ways[1]

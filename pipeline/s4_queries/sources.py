@@ -9,6 +9,7 @@ items are real preferences of a plausible someone else rather than random catalo
 from __future__ import annotations
 
 import random
+from collections import Counter
 from dataclasses import dataclass, field
 from functools import cache
 
@@ -50,7 +51,7 @@ def shadow_timelines(config: RunConfig, persona_id: str, count: int = SHADOWS,
 
 
 REFERENCE_PERSONAS = 40
-_REFERENCE: dict[tuple[str, ...], tuple[dict[str, int], dict[str, int]]] = {}
+_REFERENCE: dict[tuple[str, ...], tuple[frozenset[str], dict[str, int]]] = {}
 
 
 def reference_causes(config: RunConfig) -> frozenset[str]:
@@ -58,7 +59,7 @@ def reference_causes(config: RunConfig) -> frozenset[str]:
     personas on the catalog (the run's topics, a fixed seed; computed once per process and topics): wrong reasons
     drawn from these first are events of the kind a persona lives, so an event's kind does not tell a lived
     cause from a made-up one."""
-    return frozenset(_reference(config)[0])
+    return _reference(config)[0]
 
 
 def reference_holds(config: RunConfig) -> dict[str, int]:
@@ -68,21 +69,19 @@ def reference_holds(config: RunConfig) -> dict[str, int]:
     return _reference(config)[1]
 
 
-def _reference(config: RunConfig) -> tuple[dict[str, int], dict[str, int]]:
+def _reference(config: RunConfig) -> tuple[frozenset[str], dict[str, int]]:
+    """(``reference_causes``, ``reference_holds``) from one simulation of the reference personas."""
     key = tuple(sorted(config.topics))
     if key not in _REFERENCE:
         timelines = shadow_timelines(config.model_copy(update={"seed": 0}), "reference", count=REFERENCE_PERSONAS)
-        causes: dict[str, int] = {}
-        holds: dict[str, int] = {}
+        found: set[str] = set()
+        holds: Counter[str] = Counter()
         for timeline in timelines:
             kinds = {e.event_id: e for e in timeline.events}
-            for edge in timeline.edges:
-                parent = kinds[edge.parent_event_id]
-                if edge.relation == "causes" and parent.kind == "life_event":
-                    causes[parent.summary] = causes.get(parent.summary, 0) + 1
-            for item in {p.item for p in timeline.preferences}:
-                holds[item] = holds.get(item, 0) + 1
-        _REFERENCE[key] = (causes, holds)
+            found |= {kinds[e.parent_event_id].summary for e in timeline.edges
+                      if e.relation == "causes" and kinds[e.parent_event_id].kind == "life_event"}
+            holds.update({p.item for p in timeline.preferences})
+        _REFERENCE[key] = (frozenset(found), dict(holds))
     return _REFERENCE[key]
 
 
@@ -222,7 +221,8 @@ def _catalog_names(topic: str) -> frozenset[str]:
 
 @cache
 def _event_kinds() -> dict[str, tuple[str, bool]]:
-    return {summary: (scale_of(spec), bool(LASTING.search(summary))) for summary, (_, spec) in load_taxonomy().event_specs().items()}
+    specs = load_taxonomy().event_specs()
+    return {summary: (scale_of(spec), bool(LASTING.search(summary))) for summary, (_, spec) in specs.items()}
 
 
 def event_kind(summary: str) -> tuple[str, bool] | None:

@@ -234,6 +234,8 @@ def track_full_preference_evolution(facts: Facts, topic: str, focal: str, as_of:
 
 # -- 5. revisit_reasons_behind_preference_updates -------------------------------------------------------------
 REVISIT_STILL = 2  # the "has not changed" options of a reasons question: one per stance
+
+
 def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: str, as_of: datetime, rng,
                                               variant: Variant = "statement", **_) -> Built | None:
     """Two reasons x two "has not changed" stances, about the one item the question names (so no other change
@@ -262,9 +264,9 @@ def revisit_reasons_behind_preference_updates(facts: Facts, topic: str, focal: s
     def still(stance: str) -> str:
         return wording["still"].format(**item_slots(item), stance=stance_verb(wording, stance))
 
-    reasons = facts.n_options - REVISIT_STILL
-    wrong = facts.decoy_reasons(focal, reasons - (cause is not None))
-    if len(wrong) < reasons - (cause is not None):
+    need = facts.n_options - REVISIT_STILL - (cause is not None)  # wrong reasons beside the cause, if any
+    wrong = facts.decoy_reasons(focal, need)
+    if len(wrong) < need:
         return None
     if cause is None:
         options = [option("correct", [current.key], still(current.stance)),
