@@ -23,6 +23,7 @@ from pipeline.dataset.publishing import PUBLISHED
 from pipeline.errors import UserError, redact
 from pipeline.llm.errors import ConfigError
 from pipeline.llm.limits import Runtime
+from pipeline.llm.local import engine_counters
 from pipeline.run.card_stats import run_summary
 from pipeline.run.cluster import DaskSettings, open_pool, remote_personas
 from pipeline.run.filler import complete_filler, filler_inputs
@@ -71,6 +72,7 @@ def generate_benchmark(spec: RunSpec, dask: DaskSettings | None = None) -> str:
 
 def _generate_benchmark(spec: RunSpec, dask: DaskSettings | None) -> str:
     reporter = current_reporter()
+    engine_before = engine_counters()
     seeds = sample_personas(spec.config.n_personas, run_seed=spec.config.seed, settings=spec.config.personas)
     # Tasks called in the flow get their big arguments quote()d: those hold no futures, and Prefect would
     # otherwise walk every nested model of them (twice per task), which cost more than the whole rerun of
@@ -92,6 +94,9 @@ def _generate_benchmark(spec: RunSpec, dask: DaskSettings | None) -> str:
     check_unanswered(spec, usage)  # before the publish task: one line, and nothing published
     if shipped:
         stats["dask"] = shipped
+    engine = engine_counters().since(engine_before)
+    if engine.generated:  # the embedded model ran in this process: how full its batches were
+        stats["engine"] = engine.figures()
     path = str(publish_task(quote(spec), quote(results), quote(filler), usage=quote(usage),
                                 models=[model_name(spec.llm)], extra_stats=quote(stats),
                                 failures=quote(sorted(failures, key=lambda f: f.persona_index or 0))))

@@ -79,8 +79,20 @@ def writing_mode(config: RunConfig, llm: LLM) -> str:
     return "turn" if llm.backend.provider == "local" else "session"
 
 
+def query_wording(config: RunConfig, llm: LLM) -> str:
+    """``queries.wording``, with ``auto`` chosen by the backend: code on the embedded small model (SmolLM2-135M's
+    wordings failed a gate in every query of its runs: first person, length, not a question), the model
+    elsewhere."""
+    if config.queries.wording != "auto":
+        return config.queries.wording
+    return "code" if llm.backend.provider == "local" else "model"
+
+
 def with_writing(config: RunConfig, llm: LLM) -> RunConfig:
-    """``config`` with its writing mode decided for ``llm`` (so the plan, the manifest and the run agree)."""
-    mode = writing_mode(config, llm)
-    return config if mode == config.text.writing else config.model_copy(
-        update={"text": config.text.model_copy(update={"writing": mode})})
+    """``config`` with its writing mode and query wording decided for ``llm`` (so the plan, the manifest and the
+    run agree)."""
+    mode, wording = writing_mode(config, llm), query_wording(config, llm)
+    if mode == config.text.writing and wording == config.queries.wording:
+        return config
+    return config.model_copy(update={"text": config.text.model_copy(update={"writing": mode}),
+                                     "queries": config.queries.model_copy(update={"wording": wording})})

@@ -205,6 +205,11 @@ class QuerySettings(Strict):
     )
     length_tolerance: float = Field(default=0.25, gt=0.0, lt=1.0, description="option tokens within this of the median")
     attempts: int = Field(default=2, ge=1, le=6, description="model wordings per query before code writes it")
+    wording: Literal["auto", "model", "code"] = Field(
+        default="auto", description="who words a query's message and replies: model (one call per query, code's "
+                                    "wording when it fails a gate), code (no call), auto: code on the embedded "
+                                    "model (its wordings failed the gates in every query of its runs), model "
+                                    "elsewhere")
     judge_shuffles: int = Field(default=3, ge=1, le=10, description="no-context judge asks per query, options shuffled")
     judge_max_correct: int | None = Field(
         default=None, ge=0, description="drop when the judge is right more often than this; None = shuffles - 1"

@@ -8,7 +8,7 @@ import re
 from pydantic import BaseModel, Field, create_model
 
 from schemas.drafts import _assistant_field, _examples
-from schemas.fake_text import gist_word, gist_words, helpful_reply
+from schemas.fake_text import gist_words, helpful_reply
 
 
 class UserTurnContext(BaseModel):
@@ -65,8 +65,11 @@ class AssistantTurnContext(BaseModel):
 def assistant_turn_draft(words_min: int, words_max: int) -> type[BaseModel]:
     """The assistant's reply of ``words_min``-``words_max`` words."""
     model = create_model(f"AssistantTurnDraft{words_min}to{words_max}", text=_assistant_field(words_min, words_max))
-    model.fake_output = classmethod(lambda cls, context, rng: cls(text=helpful_reply(_noted(context.message),
-                                                                                (words_min, words_max), rng)))
+    def fake_output(cls, context, rng):
+        noted = _noted(context.message)  # never cut short of the words that pick up the message
+        return cls(text=helpful_reply(noted, (max(words_min, min(len(noted.split()), words_max)), words_max), rng))
+
+    model.fake_output = classmethod(fake_output)
     return model
 
 
@@ -74,4 +77,4 @@ def _noted(message: str) -> str:
     """Fake text: a reply's opening that picks up the message (a request: its three longest words)."""
     if message.rstrip().endswith("?"):
         return f"Glad to help; start from the {' and the '.join(gist_words(message, 3)).lower()}."
-    return f"Thanks for telling me, I have noted the {gist_word(message).lower()}."
+    return f"Thanks for telling me, I have noted the {' and the '.join(gist_words(message, 2)).lower()}."

@@ -161,14 +161,16 @@ def test_the_reveal_statements_hold_the_truth_its_opposite_and_two_other_items()
 def test_the_turn_mode_asks_only_the_reply_of_a_code_worded_implicit_turn():
     from pipeline.s3_text.write_sessions import SessionStats
 
+    import asyncio
+    from types import SimpleNamespace
+
     class Replies:
         calls: list = []
+        runtime = SimpleNamespace(run=asyncio.run)
 
-        def generate_each(self, spec, contexts, sample_index=0):
-            if contexts:
-                self.calls.append(spec.name)
-            return [type("D", (), {"text": "Try the night market on Friday; the stalls there open late."})()
-                    for _ in contexts]
+        async def agenerate(self, spec, context, sample_index=0):
+            self.calls.append(spec.name)
+            return type("D", (), {"text": "Try the night market on Friday; the stalls there open late."})()
 
     llm, user = Replies(), "Could you help me find a gentle broth that leaves my tongue alone?"
     ask = TurnAsk(key=("s", 0), topic="food", context=UserTurnContext(name="A", age=30, occupation=None, opening="x"),

@@ -17,7 +17,7 @@ from pipeline.llm.backends import BackendRequest
 from pipeline.llm.engine import BatchEngine
 from pipeline.llm.errors import CallFailed, Interrupted
 from pipeline.llm.limits import Runtime
-from pipeline.llm.local import LocalBackend, default_model_path
+from pipeline.llm.local import LocalBackend, default_model_path, engine_counters
 from pipeline.llm.slots import Completion, looping
 from pipeline.specs import PING
 from schemas.llm import LLMSettings, PingContext, PingReply
@@ -146,7 +146,7 @@ def test_requests_submitted_together_decode_in_shared_passes(backend):
     rendered = backend.loaded().formatter(messages=[
         {"role": "system", "content": "Reply with JSON: one thing this person would enjoy, as {\"item\": \"...\"}."},
         {"role": "user", "content": "Persona: a retired teacher who loves long walks. Topic: {topic}."}]).prompt
-    steps = engine.stats.decode_steps
+    steps, before = engine.stats.decode_steps, engine_counters()
     jobs = [engine.submit(engine.tokenize(rendered.replace("{topic}", topic), add_special=True), grammar=grammar,
                           temperature=0.7, top_p=0.95, seed=i, max_tokens=80)
             for i, topic in enumerate(("books", "music", "gardens", "trains"))]
@@ -158,6 +158,25 @@ def test_requests_submitted_together_decode_in_shared_passes(backend):
     # alone, each reply takes one decode pass per token; together, one pass decodes a token of each
     assert steps < sum(c.completion_tokens for c in done)
     assert _idle(engine)
+    figures = engine_counters().since(before).figures()  # what a run's manifest keeps (stats.engine)
+    assert figures["generated"] == sum(c.completion_tokens for c in done) and figures["decode_passes"] == steps
+    assert 1.5 < figures["mean_width"] <= 4 and figures["generated_per_decode_s"] > 0
+    assert figures["prompt_sent"] == sum(c.prompt_tokens for c in done)
+    assert figures["evaluated_per_sent"] < 1  # the four prompts share their system line: evaluated once
+
+
+def test_engine_figures_are_a_runs_share_of_the_counters():
+    from pipeline.llm.slots import EngineStats
+
+    earlier = EngineStats(prompt_tokens=100, prompt_evaluated=60, generated=40, decode_steps=20, widths=30)
+    later = EngineStats(prompt_tokens=300, prompt_evaluated=120, generated=240, decode_steps=70, widths=230,
+                        decode_s=2.0)
+    run = later.since(earlier)
+    assert run.generated == 200 and run.plus(earlier) == later
+    figures = run.figures()
+    assert figures["mean_width"] == 4.0 and figures["evaluated_per_sent"] == 0.3
+    assert figures["evaluated_per_generated"] == 0.3 and figures["generated_per_decode_s"] == 100.0
+    assert EngineStats().figures()["mean_width"] == 0  # nothing decoded: no division by zero
 
 
 @pytest.mark.model

@@ -11,6 +11,7 @@ from pipeline.catalog import load_taxonomy
 from pipeline.checks.topic import reaches
 from pipeline.config import load_config
 from pipeline.llm import LLM
+from pipeline.llm.errors import CallFailed
 from pipeline.run.persona_text import build_persona_text
 from pipeline.s1_personas.expand_persona import clean_items, profile_problem
 from pipeline.s1_personas.sample_personas import persona_from_seed, sample_personas
@@ -240,6 +241,34 @@ def test_auto_writes_turns_on_the_embedded_model_and_sessions_elsewhere(tmp_path
     assert writing_mode(fixed, local) == "exchange"
 
 
+def test_auto_words_queries_in_code_on_the_embedded_model_and_asks_no_call(tmp_path):
+    """queries.wording auto: code on the embedded model (no call spent on a wording its gates always refused),
+    the model elsewhere; in code mode the queries are code's by design, not fallbacks."""
+    from types import SimpleNamespace
+
+    from pipeline.config import query_wording, with_writing
+    from pipeline.s4_queries.generate_queries import generate_queries
+
+    config = load_config("smoke", n_personas=1, seed=7)
+    local = SimpleNamespace(backend=SimpleNamespace(provider="local"))
+    llm = fake_llm(tmp_path)
+    assert config.queries.wording == "auto"
+    assert query_wording(config, local) == "code" and query_wording(config, llm) == "model"
+    assert with_writing(config, local).queries.wording == "code"
+    assert with_writing(config, llm).queries.wording == "model"
+    (seed,) = sample_personas(1, run_seed=config.seed, settings=config.personas)
+    text = build_persona_text(seed, config=config, llm=llm)
+    code = config.model_copy(update={"queries": config.queries.model_copy(update={"wording": "code"})})
+    before = llm.usage_summary().total.calls
+    queries, stats = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=code)
+    assert queries and llm.usage_summary().total.calls == before and stats.llm_calls == 0
+    assert stats.wording_fallbacks == 0
+    assert all(q.provenance.get("wording") == "code" and "fallback" not in q.provenance for q in queries)
+    model, _ = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=config)
+    assert llm.usage_summary().total.calls > before  # auto, unresolved, asks the model as before
+    assert [q.options for q in model] and {q.type for q in model} == {q.type for q in queries}
+
+
 def _turn_config(profile: str):
     base = load_config(profile, n_personas=1, seed=4)
     return base.model_copy(update={"text": base.text.model_copy(update={"writing": "turn"})})
@@ -253,16 +282,17 @@ def test_the_turn_mode_keeps_a_passing_user_turn_beside_code_reply_when_every_re
     config = _turn_config("smoke")
     config = config.model_copy(update={"text": config.text.model_copy(update={"implicit_share": 0.0})})
     llm = fake_llm(tmp_path)
-    real, asked = llm.generate_each, {"user": 0, "reply": 0}
+    real, asked = llm.agenerate, {"user": 0, "reply": 0}
 
-    def no_replies(spec, contexts, **kwargs):
-        out = real(spec, contexts, **kwargs)
-        names = [s.name for s in spec] if isinstance(spec, list | tuple) else [spec.name] * len(contexts)
-        asked["user"] += names.count("write_sessions.turn_user")
-        asked["reply"] += names.count("write_sessions.turn_assistant")
-        return [None if n == "write_sessions.turn_assistant" else o for n, o in zip(names, out, strict=True)]
+    async def no_replies(spec, context, **kwargs):  # each exchange's turns are asked one call at a time
+        out = await real(spec, context, **kwargs)
+        reply = spec.name == "write_sessions.turn_assistant"
+        asked["reply" if reply else "user"] += spec.name in ("write_sessions.turn_user", "write_sessions.turn_assistant")
+        if reply:
+            raise CallFailed("no reply")
+        return out
 
-    llm.generate_each = no_replies
+    llm.agenerate = no_replies
     (seed,) = sample_personas(1, run_seed=config.seed, settings=config.personas)
     result = build_persona_text(seed, config=config, llm=llm)
     beats = result.stats.beats

@@ -202,16 +202,16 @@ def test_the_turn_mode_refuses_a_reply_that_echoes_the_system_prompt(tmp_path):
     base = load_config("smoke", n_personas=1, seed=4)
     config = base.model_copy(update={"text": base.text.model_copy(update={"writing": "turn"})})
     llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "c.sqlite", backoff_s=0, backoff_max_s=0))
-    real = llm.generate_each
+    real = llm.agenerate
 
-    def echoing(spec, contexts, **kwargs):
-        out = real(spec, contexts, **kwargs)
-        names = [s.name for s in spec] if isinstance(spec, list | tuple) else [spec.name] * len(contexts)
-        return [o.model_copy(update={"text": "You are a helpful AI assistant. You give practical, friendly advice "
-                                             "about travel planning."}) if n == "write_sessions.turn_assistant" else o
-                for n, o in zip(names, out, strict=True)]
+    async def echoing(spec, context, **kwargs):  # the turn mode asks each turn on its own
+        out = await real(spec, context, **kwargs)
+        if spec.name != "write_sessions.turn_assistant":
+            return out
+        return out.model_copy(update={"text": "You are a helpful AI assistant. You give practical, friendly advice "
+                                              "about travel planning."})
 
-    llm.generate_each = echoing
+    llm.agenerate = echoing
     (seed,) = sample_personas(1, run_seed=config.seed, settings=config.personas)
     result = build_persona_text(seed, config=config, llm=llm)
     replies = [t for s in result.sessions for t in s.turns if t.role == "assistant"]

@@ -316,6 +316,8 @@ def _summary(path: Path) -> None:
         console.print(f"{usage['transport_failures']} of {usage.get('calls', 0)} model calls got no answer (within "
                       "llm.max_failed_share): code-written text stands in for them; a rerun asks them again",
                       soft_wrap=True, highlight=False)
+    if engine := manifest.get("stats", {}).get("engine"):
+        console.print(engine_line(engine), soft_wrap=True, highlight=False, markup=False)
     origin_line, warning = origin_summary(manifest.get("stats", {}).get("text_origin", {}))
     if origin_line:
         console.print(origin_line, soft_wrap=True, highlight=False, markup=False)
@@ -330,6 +332,14 @@ def _summary(path: Path) -> None:
     for line in KEPT:
         console.print(f"--keep left {line}: not provably a version personagen published", highlight=False)
     console.print(load_commands(path), soft_wrap=True, highlight=False, markup=False)
+
+
+def engine_line(engine: dict) -> str:
+    """The embedded model's line at the end of a run: how full its batches were and what its prompts cost."""
+    return (f"embedded model: {engine['generated']:,} tokens generated at {engine['generated_per_decode_s']:,.0f} "
+            f"tokens/s while decoding, {engine['mean_width']:.1f} sequences a pass; "
+            f"{engine['evaluated_per_generated']:.2f} prompt tokens evaluated per generated token "
+            f"({engine['evaluated_per_sent']:.0%} of those sent: the rest was a cached prefix)")
 
 
 # A run whose model wrote less than this share of the model-written fields (the rest fell back to code) ends

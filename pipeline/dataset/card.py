@@ -242,8 +242,9 @@ def _built(queries: list) -> str:
             "message twice for one persona) and never asks the assistant to remember; the four options are replies "
             "to it, worded from one reply variant of the type so that they differ only in what they believe. A "
             "capable model (`--llm openai:...`) rewords the message and the replies in one call, and the gates check "
-            "each reply still names its item and stance; otherwise (the embedded model, a failed gate) code's wording "
-            "stands. Per type: queries worded by the model, by code by design, by code after the model's wording "
+            "each reply still names its item and stance; where that fails a gate, code's wording stands. The embedded "
+            "model is not asked (`queries.wording: auto`; its wordings failed a gate in every query of its runs): "
+            "code words every query by design. Per type: queries worded by the model, by code by design, by code after the model's wording "
             "failed a gate, redrawn by the adversarial filter (code's wording), and distinct messages.\n\n"
             + markdown_table(["type", "queries", "model", "code", "code (fallback)", "redrawn", "distinct messages"], rows))
 

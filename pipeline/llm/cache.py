@@ -265,6 +265,13 @@ class LLMCache:
         with self._lock:
             return {spec: (int(n), float(mean)) for spec, n, mean in self._db.execute(sql, (provider, model))}
 
+    def prompt_tokens_by_spec(self, provider: str, model: str) -> dict[str, tuple[int, float]]:
+        """Per spec of one model: (calls, mean prompt tokens per call)."""
+        sql = ("SELECT spec, COUNT(*), AVG(input_tokens) FROM calls WHERE provider = ? AND model = ? "
+               "GROUP BY spec")
+        with self._lock:
+            return {spec: (int(n), float(mean)) for spec, n, mean in self._db.execute(sql, (provider, model))}
+
     def requests_by_spec(self, provider: str, model: str, limit: int = 20_000) -> list[tuple[str, str]]:
         """(spec, request messages JSON) of the latest calls to one model, newest first."""
         sql = "SELECT spec, request FROM calls WHERE provider = ? AND model = ? ORDER BY created_at DESC LIMIT ?"

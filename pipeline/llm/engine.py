@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 ENGINE = "batch1"  # named in cache keys: change it when the engine's output for a request can change
 GUARD_EVERY = 8  # check for a loop every this many generated tokens
+MEASURE = 2  # named in the measured speeds' key: change it when `measure` measures differently (2: rows sampled)
 COPY_MIN = 16  # copy another slot's KV stream when it shares this many more prompt tokens than the chosen slot
 
 
@@ -143,8 +144,9 @@ class BatchEngine(Sampling):
         """This machine's speeds on this model: prompt tokens/s, and seconds per decoding pass at each width.
 
         Runs on the loop's thread (``engine.call(BatchEngine.measure).result()``) while no request is under way:
-        one prompt is evaluated, its KV copied to every slot, then ``steps`` passes are decoded at each width.
-        The slots are emptied afterwards.
+        one prompt is evaluated, its KV copied to every slot, then ``steps`` passes are decoded at each width,
+        each row sampled by a request's sampler chain (penalties over the vocabulary, top-k, top-p: a real
+        run pays for them on every token, more of them the wider the pass). The slots are emptied afterwards.
         """
         if self._active():
             raise RuntimeError("the engine is busy")
@@ -168,13 +170,23 @@ class BatchEngine(Sampling):
             lib.llama_memory_seq_cp(self.memory, 0, slot.seq, -1, -1)
         self._one_pass(widths[-1], prompt_tokens)  # applies the copies; warms the wider graphs
         step_s = {}
-        for width in widths:
-            started = time.perf_counter()
-            for step in range(steps):
-                self._one_pass(width, prompt_tokens + 1 + step)
-            step_s[width] = (time.perf_counter() - started) / steps
-            for slot in self.slots:
-                lib.llama_memory_seq_rm(self.memory, slot.seq, prompt_tokens + 1, -1)
+        jobs = [Job(prompt=[], grammar=None, temperature=0.7, top_p=0.95, seed=i, max_tokens=steps)
+                for i in range(widths[-1])]
+        for job in jobs:
+            self._make_samplers(job)
+        try:
+            for width in widths:
+                started = time.perf_counter()
+                for step in range(steps):
+                    self._one_pass(width, prompt_tokens + 1 + step)
+                    for row in range(width):
+                        lib.llama_sampler_sample(jobs[row].chain, self.ctx, row)
+                step_s[width] = (time.perf_counter() - started) / steps
+                for slot in self.slots:
+                    lib.llama_memory_seq_rm(self.memory, slot.seq, prompt_tokens + 1, -1)
+        finally:
+            for job in jobs:
+                lib.llama_sampler_free(job.chain)
         lib.llama_memory_clear(self.memory, True)
         return {"prompt_tokens_per_s": prompt_tokens / prompt_s, "step_s": step_s}
 
@@ -240,6 +252,7 @@ class BatchEngine(Sampling):
         started = time.perf_counter()
         self._decode()
         self.stats.decode_steps += 1
+        self.stats.widths += len(active)
         for i, slot in enumerate(active):
             slot.tokens.append(slot.job.pending)
             slot.job.pending = None

@@ -19,10 +19,10 @@ from pathlib import Path
 from typing import ClassVar
 
 from pipeline.llm.backends import BackendReply, BackendRequest
-from pipeline.llm.engine import ENGINE, BatchEngine
+from pipeline.llm.engine import ENGINE, MEASURE, BatchEngine
 from pipeline.llm.errors import ConfigError
 from pipeline.llm.limits import Runtime
-from pipeline.llm.slots import Job
+from pipeline.llm.slots import EngineStats, Job
 from schemas.llm import LLMSettings
 
 # llama.cpp's OpenMP threads spin while they wait for the next operation. Spinning without bound beside
@@ -67,6 +67,15 @@ class LoadedModel:
                 threading._register_atexit(engine.close)
                 cls._loaded[key] = cls(engine=engine, formatter=_chat_formatter(engine.model))
             return cls._loaded[key]
+
+
+def engine_counters() -> EngineStats:
+    """The counters of every embedded engine loaded in this process, summed (`EngineStats.since` takes a run's
+    share in a process that serves several)."""
+    total = EngineStats()
+    for loaded in list(LoadedModel._loaded.values()):
+        total = total.plus(loaded.engine.stats)
+    return total
 
 
 def _chat_formatter(model) -> object:
@@ -136,7 +145,7 @@ class LocalBackend:
         and seconds per decoding pass at 1..slots sequences. Measured once (about 5 s) and kept in
         ``folder/engine-speeds.json`` under the model, engine, threads, slots, slot size, OpenMP settings and CPU."""
         omp = ",".join(f"{name}={os.environ[name]}" for name in OMP_SETTINGS if name in os.environ)
-        key = (f"{self.model}|{self.path.stat().st_size}|{ENGINE}|threads={self.n_threads}|slots={self.slots}|"
+        key = (f"{self.model}|{self.path.stat().st_size}|{ENGINE}|measure={MEASURE}|threads={self.n_threads}|slots={self.slots}|"
                f"n_ctx={self.settings.n_ctx}|"
                f"{omp}|{_cpu()}")
         file = folder / "engine-speeds.json"
@@ -161,6 +170,12 @@ class LocalBackend:
         except OSError as exc:  # a read-only cache folder: the measure is used, only not kept
             log.warning("cannot keep the engine's measured speeds in %s: %s", file, exc)
         return measured
+
+    def prompt_tokens(self, messages: list[dict[str, str]]) -> int:
+        """The tokens a prompt of ``messages`` takes on this model (its chat template and tokenizer), for the plan."""
+        model = self.loaded()
+        rendered = model.formatter(messages=messages)
+        return len(model.engine.tokenize(rendered.prompt, add_special=not rendered.added_special))
 
     def effective_max_tokens(self, request: BackendRequest) -> int:
         """The token cap this backend will really apply to ``request``."""

@@ -84,6 +84,28 @@ class EngineStats:
     prefill_s: float = 0.0  # evaluating prompts
     decode_s: float = 0.0  # decoding and sampling the sequences under way
     busy_s: float = 0.0
+    widths: int = 0  # sequences decoded, summed over the decoding passes (their mean width: widths / decode_steps)
+
+    def since(self, earlier: EngineStats) -> EngineStats:
+        """The counts made after ``earlier`` (a copy taken before a run, in a process that serves several)."""
+        return EngineStats(**{name: getattr(self, name) - getattr(earlier, name) for name in self.__dataclass_fields__})
+
+    def plus(self, other: EngineStats) -> EngineStats:
+        return EngineStats(**{name: getattr(self, name) + getattr(other, name) for name in self.__dataclass_fields__})
+
+    def figures(self) -> dict[str, float]:
+        """The counters a run's manifest keeps, with the ratios a reader wants: prompt tokens evaluated per token
+        sent and per token generated, the mean sequences per decoding pass, generated tokens per second of
+        decoding."""
+        return {"generated": self.generated, "prompt_sent": self.prompt_tokens,
+                "prompt_evaluated": self.prompt_evaluated,
+                "evaluated_per_sent": round(self.prompt_evaluated / max(self.prompt_tokens, 1), 3),
+                "evaluated_per_generated": round(self.prompt_evaluated / max(self.generated, 1), 3),
+                "decode_passes": self.decode_steps,
+                "mean_width": round(self.widths / max(self.decode_steps, 1), 2),
+                "generated_per_decode_s": round(self.generated / self.decode_s, 1) if self.decode_s else 0.0,
+                "prefill_s": round(self.prefill_s, 1), "decode_s": round(self.decode_s, 1),
+                "busy_s": round(self.busy_s, 1)}
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:

@@ -9,6 +9,7 @@ user turn beside a code reply (the turn's ``fallback`` flag says which), rather 
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from typing import NamedTuple
 
 from pipeline.checks.quality import ENDINGS, Origin, count
 from pipeline.llm import LLM
+from pipeline.llm.errors import LLMError
 from pipeline.s3_text.beats import Beat
 from pipeline.specs import TURN_ASSISTANT, TURN_USER
 from schemas.config import RunConfig
@@ -62,34 +64,46 @@ def reply_words(config: RunConfig) -> tuple[int, int]:
 def write_turns(asks: Sequence[TurnAsk], *, llm: LLM, config: RunConfig,
                 stats) -> dict[tuple[str, int], tuple[str, int | None, str | None, int | None]]:
     """key -> (user turn, its sample or None for code's, reply or None, its sample or None) for every ask whose
-    user turn passed (or was code's, ``fixed``);
-    each sample asks the user turns still missing, then the replies still missing, all as one batch.
+    user turn passed (or was code's, ``fixed``).
+
+    Each exchange goes at its own pace, all of them at once: at sample s, its user turn (while none has
+    passed), then its reply; a reply that fails is asked again at s + 1. The calls and their sample indices are
+    those of a sample-by-sample batch, but no exchange waits for the slowest of the others, so a batching
+    engine decodes a reply beside other exchanges' messages instead of idling at each sample's tail.
     ``stats`` (a ``SessionStats``) counts the problems and the exchanges asked again."""
     problems = stats.problems
     asked = config.text.assistant_words_min, config.text.assistant_words_max
     spec = replace(TURN_ASSISTANT, output=assistant_turn_draft(*asked))
     users: dict[tuple[str, int], tuple[str, int | None]] = {a.key: (a.fixed, None) for a in asks if a.fixed}
     replies: dict[tuple[str, int], tuple[str, int]] = {}
-    for sample in range(config.text.turn_attempts):
-        pending = [a for a in asks if a.key not in replies]
-        if not pending:
-            break
-        stats.regenerated += len(pending) if sample else 0
-        ask = [a for a in pending if a.key not in users]
-        drafts = llm.generate_each([replace(TURN_USER, output=user_turn_draft(a.context.opening)) for a in ask],
-                                   [a.context for a in ask], sample_index=sample)
-        for a, draft in zip(ask, drafts, strict=True):
-            text = clean(draft.text, a.context.opening) if draft is not None else ""
-            if _noted(a.user_problem(text) if draft is not None else "model call failed", problems) is None:
+
+    async def ask(one, context, sample: int):
+        try:
+            return await llm.agenerate(one, context, sample_index=sample)
+        except LLMError:
+            return None
+
+    async def exchange(a: TurnAsk) -> None:
+        for sample in range(config.text.turn_attempts):
+            stats.regenerated += 1 if sample else 0
+            if a.key not in users:
+                draft = await ask(replace(TURN_USER, output=user_turn_draft(a.context.opening)), a.context, sample)
+                text = clean(draft.text, a.context.opening) if draft is not None else ""
+                if _noted(a.user_problem(text) if draft is not None else "model call failed", problems) is not None:
+                    continue
                 users[a.key] = (text, sample)
-        kept = [a for a in pending if a.key in users]
-        drafts = llm.generate_each(spec, [AssistantTurnContext(message=users[a.key][0], topic=a.topic, words_min=asked[0],
-                                                               words_max=asked[1]) for a in kept], sample_index=sample)
-        for a, draft in zip(kept, drafts, strict=True):
+            message = users[a.key][0]
+            draft = await ask(spec, AssistantTurnContext(message=message, topic=a.topic, words_min=asked[0],
+                                                         words_max=asked[1]), sample)
             text = clean(draft.text) if draft is not None else ""
-            problem = a.reply_problem(users[a.key][0], text) if draft is not None else "model call failed"
-            if _noted(problem, problems) is None:
+            if _noted(a.reply_problem(message, text) if draft is not None else "model call failed", problems) is None:
                 replies[a.key] = (text, sample)
+                return
+
+    async def every() -> None:
+        await asyncio.gather(*(exchange(a) for a in asks))
+
+    llm.runtime.run(every())
     return {key: (user, s, *replies.get(key, (None, None))) for key, (user, s) in users.items()}
 
 
