@@ -218,24 +218,36 @@ def test_plan_counts_the_calls_a_stage_makes_again_after_code_rejects_a_reply(tm
 
 
 def test_engine_eta_decodes_each_kind_as_wide_as_the_run_keeps_it():
-    """A batching engine's ETA: a kind with one call per persona decodes alone, one with many keeps 1.5 of them
-    in flight per persona, up to the slots; the evaluated share of the prompts takes the measured prompt speed."""
+    """A batching engine's ETA: a kind with one call per persona decodes alone, one with many keeps
+    IN_FLIGHT_PER_PERSONA of them in flight per persona, up to the slots; the evaluated share of the prompts (the
+    turn mode's own) takes the measured prompt speed; all at the engine's efficiency in a run."""
     from pipeline.config import load_config
-    from pipeline.run.estimate import PROMPT_EVALUATED, _pass_seconds, engine_eta
+    from pipeline.run.estimate import (
+        ENGINE_EFFICIENCY,
+        IN_FLIGHT_PER_PERSONA,
+        PROMPT_EVALUATED,
+        PROMPT_EVALUATED_TURNS,
+        _pass_seconds,
+        engine_eta,
+    )
 
     speeds = {"prompt_tokens_per_s": 100.0, "step_s": {1: 0.02, 2: 0.03, 4: 0.05, 8: 0.08}}
     assert _pass_seconds(speeds["step_s"], 3) == pytest.approx(0.04)
     assert _pass_seconds(speeds["step_s"], 16) == pytest.approx(0.16)  # beyond the slots: passes queue up
     config = load_config("smoke", n_personas=1)
     alone = engine_eta(config, {"profile": 1}, {"profile": 100}, speeds, workers=4, prompt_tokens=0)
-    assert alone == pytest.approx(100 * 0.02)  # 100 tokens, one sequence: a pass each
+    assert alone == pytest.approx(100 * 0.02 / ENGINE_EFFICIENCY)  # 100 tokens, one sequence: a pass each
     wide = engine_eta(config.model_copy(update={"n_personas": 8}), {"query": 8}, {"query": 100}, speeds,
                       workers=8, prompt_tokens=0)
-    assert wide == pytest.approx(8 * 8 * 100 * 0.08 / 8)  # 8 personas x 1.5 calls in flight: the 8 slots full
+    assert wide == pytest.approx(8 * 8 * 100 * 0.08 / 8 / ENGINE_EFFICIENCY)  # the 8 slots full
     one = engine_eta(config, {"query": 8}, {"query": 100}, speeds, workers=4, prompt_tokens=0)
-    assert one == pytest.approx(800 * _pass_seconds(speeds["step_s"], 1.5) / 1.5)  # one persona: 1.5 in flight
+    assert one == pytest.approx(800 * _pass_seconds(speeds["step_s"], IN_FLIGHT_PER_PERSONA)
+                                / IN_FLIGHT_PER_PERSONA / ENGINE_EFFICIENCY)  # one persona
     prompts = engine_eta(config, {}, {}, speeds, workers=4, prompt_tokens=1000)
-    assert prompts == pytest.approx(1000 * PROMPT_EVALUATED / 100)
+    assert prompts == pytest.approx(1000 * PROMPT_EVALUATED / 100 / ENGINE_EFFICIENCY)
+    turns = config.model_copy(update={"text": config.text.model_copy(update={"writing": "turn"})})
+    assert engine_eta(turns, {}, {}, speeds, workers=4, prompt_tokens=1000) == \
+        pytest.approx(1000 * PROMPT_EVALUATED_TURNS / 100 / ENGINE_EFFICIENCY)
 
 
 def test_first_eta_of_a_batching_engine_uses_its_measured_speeds_not_a_burst(tmp_path):

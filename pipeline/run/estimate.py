@@ -12,7 +12,21 @@ from pipeline.llm import LLM, call_label
 from pipeline.run.plan import build_plan
 from pipeline.s3_text.beats import plan_sessions
 from pipeline.s3_text.filler import filler_need
-from pipeline.specs import BEAT, FILLER, INVENTORY, NARRATION, PING, PROFILE, QUERY, SESSION, SMALL_TALK
+from pipeline.specs import (
+    BEAT,
+    FILLER,
+    INVENTORY,
+    NARRATION,
+    PING,
+    PROFILE,
+    QUERY,
+    REVEAL,
+    SESSION,
+    SMALL_TALK,
+    TURN_ASSISTANT,
+    TURN_USER,
+)
+from pipeline.tokens import count_tokens
 from schemas.config import RunConfig
 from schemas.drafts import exchange_draft, inventory_draft, small_talk_draft
 from schemas.query import QUERY_TYPES
@@ -25,10 +39,19 @@ from schemas.query_drafts import query_draft
 OUTPUT_TOKENS = {"profile": 100, "inventory": 21, "narration": 190, "beat": 180, "small_talk": 130, "query": 165,
                  "reveal": 8}  # the reveal check's answer: {"answer": 2}
 MIN_MEASURED = 3
+# The turn mode's calls, until the cache has measured them: a user's message is about 52 tokens, and a reply is
+# asked about 2.8 times for each message (SmolLM2-135M in default-profile runs of 2 personas, seeds 7 and 13: 2.9
+# replies a message, 52 tokens a message; the calls averaged 157 tokens).
+TURN_USER_TOKENS, REPLIES_PER_MESSAGE = 52, 2.8
+# What the turn mode keeps of an exchange, in the dataset's tokens: a message of about 35 tokens, and a reply of
+# 0.6 of the length asked, at most 75 tokens (the reply that passes is seldom the longest; default-profile run:
+# 35 and 75 tokens; smoke, asked 5-60 words: 31 and 25).
+KEPT_USER_TOKENS, KEPT_REPLY_SHARE, KEPT_REPLY_MAX = 35, 0.6, 75
 # Calls per planned item before the cache holds a measure of this model's own: SmolLM2-135M (the
-# embedded default) needed 2.7 samples a beat and 1.9 a query in one default-profile persona; other
-# backends start at 1.
-TYPICAL_ATTEMPTS = {"local": {"beat": 2.7, "query": 1.9}}
+# embedded default, in the turn mode) took 2.1 calls a turn (a reply is asked again until it passes: 2.9 a
+# reply, 1.05 a user's message), 2.4 a life event's narrative and 2.75 an inventory in a default-profile run of
+# 2 personas and 2 topics; other backends start at 1.
+TYPICAL_ATTEMPTS = {"local": {"beat": 2.1, "small_talk": 2.1, "narration": 2.4, "inventory": 2.75, "query": 1.9}}
 # The measuring calls give up after this many seconds (retries included): a server that does not answer fails
 # the start in a minute, not after llm.call_timeout_s twice over.
 SETUP_CALL_S = 60.0
@@ -36,11 +59,21 @@ SETUP_CALL_S = 60.0
 BURST = replace(BEAT, name="estimate.burst")
 PROMPT_SPEEDUP = 8.0  # prompt tokens are processed this many times faster than tokens are generated
 # Share of the prompt tokens sent that the batching engine evaluates (the rest is a cached prefix of the same
-# stage's instructions and persona lines): 0.655 for a smoke run's requests (bench/engine.py).
+# stage's instructions and persona lines): 0.655 for a smoke run's requests in the session mode
+# (bench/engine.py); 0.42 in the turn mode, whose prompts put what a persona's calls share first (the
+# engine's counters of a default-profile run of 2 personas, manifest stats.engine).
 PROMPT_EVALUATED = 0.66
-# Calls a persona keeps in flight on a batching engine where its stage has several: the embedded model's
-# smoke runs of 2 personas decoded 2.9 and 3.2 sequences a pass on average (engine counters).
-IN_FLIGHT_PER_PERSONA = 1.5
+PROMPT_EVALUATED_TURNS = 0.42
+# The engine's speed in a run against its measure (`BatchEngine.measure`): the run's passes read longer KV
+# streams, check each token against its grammar and end sequences; a default-profile run of 2 personas
+# decoded at 0.83 of the measured speed at its mean width (5.75) and evaluated prompts at 0.83 of it.
+ENGINE_EFFICIENCY = 0.83
+# Prompt tokens a chat message costs beyond its text (the chat template's role markers), per message.
+MESSAGE_OVERHEAD = 5
+# Calls a persona keeps in flight on a batching engine where its stage has several: a default-profile run of
+# 2 personas on the embedded model decoded 5.75 sequences a pass on average (engine counters; a smoke run, with
+# fewer turns to write at once, 2.9).
+IN_FLIGHT_PER_PERSONA = 2.9
 
 
 class Estimate(BaseModel):
@@ -67,12 +100,16 @@ def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
     sessions = len(config.topics) * len(config.periods) * config.text.sessions_per_period
     queries = sum(config.queries.quota(t) for t in QUERY_TYPES)
     counts = {"profile": 1, "inventory": len(config.topics), "narration": life / n, "beat": beats / n,
-              "small_talk": sessions if config.text.small_talk_exchanges else 0, "query": queries, "sessions": sessions}
+              "small_talk": sessions if config.text.small_talk_exchanges else 0,
+              "query": queries if config.queries.wording != "code" else 0, "sessions": sessions}
     if config.text.writing in ("session", "auto"):  # one call per session; a beat call only rewrites a failing beat
         # the reveal check of each implicit turn the model wrote
         return counts | {"beat": 0.0, "small_talk": sessions, "beats": beats / n, "reveal": implicit / n}
     if config.text.writing == "turn":  # the user's message, then the reply; an implicit one's message is code's
-        return counts | {"beat": (2 * beats - implicit) / n}
+        ordinary = sum(s.small_talk for p, t in zip(plan.personas, plan.timelines, strict=True)
+                       for s in plan_sessions(p, t, config=config))  # each a call for the message and one for the reply
+        return counts | {"beat": (2 * beats - implicit) / n, "small_talk": 2 * ordinary / n,
+                         "exchanges": (beats + ordinary) / n}
     return counts | {"reveal": implicit / n}
 
 
@@ -143,7 +180,8 @@ def engine_eta(config: RunConfig, counts: dict[str, float], sizes: dict[str, flo
             continue
         width = min(slots, max(1.0, personas * min(per_persona, IN_FLIGHT_PER_PERSONA)))
         seconds += config.n_personas * per_persona * sizes[kind] * _pass_seconds(step_s, width) / width
-    return seconds + prompt_tokens * PROMPT_EVALUATED / speeds["prompt_tokens_per_s"]
+    evaluated = PROMPT_EVALUATED_TURNS if config.text.writing == "turn" else PROMPT_EVALUATED
+    return (seconds + prompt_tokens * evaluated / speeds["prompt_tokens_per_s"]) / ENGINE_EFFICIENCY
 
 
 def burst_seconds_per_call(llm: LLM, parallel: int) -> float | None:
@@ -168,17 +206,21 @@ def call_labels(config: RunConfig) -> dict[str, str]:
     output size varies per event, so it is matched by spec name alone."""
     return {
         "profile": call_label(PROFILE), "narration": f"{NARRATION.name}/",
-        "beat": call_label(replace(BEAT, output=exchange_draft(config.text.assistant_words_min, config.text.assistant_words_max))),
+        "beat": "write_sessions.turn_*" if config.text.writing == "turn" else
+        call_label(replace(BEAT, output=exchange_draft(config.text.assistant_words_min, config.text.assistant_words_max))),
         "inventory": call_label(replace(INVENTORY, output=inventory_draft(config.text.inventory_size))),
-        "small_talk": f"{(SESSION if config.text.writing in ('session', 'auto') else SMALL_TALK).name}/",  # per session
+        "small_talk": "write_sessions.turn_*" if config.text.writing == "turn" else  # per turn, else per session
+        f"{(SESSION if config.text.writing in ('session', 'auto') else SMALL_TALK).name}/",
         "filler": call_label(replace(FILLER, output=small_talk_draft(config.text.filler_exchanges))),
         "query": call_label(replace(QUERY, output=query_draft(config.queries.n_options))),
     }
 
 
 def _labelled(spec: str, label: str) -> bool:
-    """Whether a cache row's spec is a call of this label (a label ending in "/" matches any output size)."""
-    return spec == label or (label.endswith("/") and spec.startswith(label))
+    """Whether a cache row's spec is a call of this label (a label ending in "/" matches any output size, one
+    ending in "*" any spec it starts)."""
+    return spec == label or (label.endswith("/") and spec.startswith(label)) or \
+        (label.endswith("*") and spec.startswith(label[:-1]))
 
 
 def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
@@ -187,10 +229,43 @@ def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
     ``MIN_MEASURED`` of them, else the typical size (scaled by the configured items or exchanges)."""
     sizes = dict(OUTPUT_TOKENS)
     sizes["inventory"] = OUTPUT_TOKENS["inventory"] * config.text.inventory_size
-    sizes["small_talk"] = OUTPUT_TOKENS["small_talk"] * max(1, config.text.small_talk_exchanges)
+    sizes["small_talk"] = OUTPUT_TOKENS["small_talk"] * max(1, config.text.small_talk_exchanges)  # a session's
     sizes["filler"] = OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
     sizes |= target_sizes(config, per_persona_counts(config))
     measured = llm.cache.tokens_by_spec(llm.backend.provider, llm.backend.model)
+    for kind, label in call_labels(config).items():
+        rows = [(n, mean) for spec, (n, mean) in measured.items() if _labelled(spec, label)]
+        calls = sum(n for n, _ in rows)
+        if calls >= MIN_MEASURED:
+            sizes[kind] = sum(n * mean for n, mean in rows) / calls
+    return sizes
+
+
+def _prompt_specs(config: RunConfig) -> dict[str, tuple]:
+    """The prompt(s) each kind of call renders (the turn mode's beat calls: the user's message and the reply)."""
+    turn = config.text.writing == "turn"
+    return {"profile": (PROFILE,), "inventory": (INVENTORY,), "narration": (NARRATION,),
+            "beat": (TURN_USER, TURN_ASSISTANT) if turn else (BEAT,),
+            "small_talk": (TURN_USER, TURN_ASSISTANT) if turn else
+            (SESSION,) if config.text.writing in ("session", "auto") else (SMALL_TALK,),
+            "filler": (FILLER,), "query": (QUERY,), "reveal": (REVEAL,)}
+
+
+def prompt_sizes(config: RunConfig, llm: LLM) -> dict[str, float]:
+    """Prompt tokens per call of each kind: this model's mean in the cache once it holds ``MIN_MEASURED`` calls
+    of the kind, else the kind's template rendered with its sample context (the message texts, plus
+    ``MESSAGE_OVERHEAD`` a message)."""
+    exact = getattr(llm.backend, "prompt_tokens", None)  # the embedded model counts with its own tokenizer
+
+    def tokens(messages) -> int:
+        if exact is not None:
+            return exact([m.model_dump() for m in messages])
+        return sum(count_tokens(m.content) + MESSAGE_OVERHEAD for m in messages)
+
+    sizes = {}
+    for kind, specs in _prompt_specs(config).items():
+        sizes[kind] = sum(tokens(llm.prompts.render(spec, spec.sample_context())) for spec in specs) / len(specs)
+    measured = llm.cache.prompt_tokens_by_spec(llm.backend.provider, llm.backend.model)
     for kind, label in call_labels(config).items():
         rows = [(n, mean) for spec, (n, mean) in measured.items() if _labelled(spec, label)]
         calls = sum(n for n, _ in rows)
@@ -218,7 +293,9 @@ def attempts_per_item(config: RunConfig, llm: LLM) -> dict[str, float]:
     factors = {}
     for kind, requests in rows.items():
         items = {json.dumps(first_ask(json.loads(r)), sort_keys=True) for r in requests}
-        limit = config.queries.attempts if kind == "query" else config.text.attempts  # this run's own limit
+        limit = config.queries.attempts if kind == "query" else \
+            config.text.turn_attempts if config.text.writing == "turn" and kind in ("beat", "small_talk") else \
+            config.text.attempts  # this run's own limit
         typical = TYPICAL_ATTEMPTS.get(llm.backend.provider, {}).get(kind, 1.0)
         factors[kind] = min(len(requests) / len(items) if len(items) >= MIN_MEASURED else typical, limit)
     return factors
@@ -248,29 +325,36 @@ def _first_eta(config: RunConfig, llm: LLM, *, workers: int, calls: float, out: 
 def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
     """Sizes from the plan, tokens per call as measured on this model (else typical), time from its measured speed."""
     counts = per_persona_counts(config)
+    items = dict(counts)  # the calls of a first ask each, before any is asked again
     for kind, factor in attempts_per_item(config, llm).items():
         if kind in counts:
             counts[kind] *= factor
     sizes = call_tokens(config, llm)
     n = config.n_personas
     filler = filler_calls(config, counts, sizes)
-    calls = sum(v for k, v in counts.items() if k not in ("sessions", "beats")) * n + filler
+    calls = sum(v for k, v in counts.items() if k not in ("sessions", "beats", "exchanges")) * n + filler
     out = sum(sizes[k] * v for k, v in counts.items() if k in sizes) * n + filler * sizes["filler"]
-    inp = int(calls * 350)
-    speed = recent_throughput(llm)
+    prompts = prompt_sizes(config, llm)
+    inp = int(sum(prompts[k] * v for k, v in counts.items() if k in prompts) * n + filler * prompts["filler"])
     measure = getattr(llm.backend, "speeds", None)
-    if speed is not None:  # a real burst already paid for its prompts, queueing and concurrency
-        eta = out / speed
-    elif measure is not None:  # a batching engine: its speeds at each width, measured on this machine
+    speed = recent_throughput(llm) if measure is None else None
+    if measure is not None:  # a batching engine: its speeds at the widths this run decodes at, on this machine
+        # (a burst of an earlier run tells the speed at that run's width: two personas decode ~4 sequences a
+        # pass, 180 keep all 16 slots busy)
         eta = engine_eta(config, counts, sizes, measure(llm.settings.cache_path.parent), workers=workers,
                          prompt_tokens=inp)
         speed = out / eta if eta else None
+    elif speed is not None:  # a real burst already paid for its prompts, queueing and concurrency
+        eta = out / speed
     else:
         eta = _first_eta(config, llm, workers=workers, calls=calls, out=out, inp=inp)
         speed = out / eta if eta else None
     price = llm.settings.prices.get(llm.backend.model)
     cost = (inp * price.input_per_mtok + out * price.output_per_mtok) / 1e6 if price else None
-    own = int(sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"])
+    if "exchange" in sizes:  # the turn mode: what a persona's sessions keep is a message and a reply per exchange
+        own = int(sizes["exchange"] * items["exchanges"])
+    else:
+        own = int(sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"])
     return Estimate(personas=n, sessions=int(counts["sessions"] * n), llm_calls=int(calls), output_tokens=int(out),
                     input_tokens=inp, cost_usd=cost, tokens_per_s=speed, eta_s=eta, own_tokens_per_persona=own,
                     filler_share={b: max(0.0, 1 - own / b) for b in sorted(config.assembly.budgets)})
@@ -281,6 +365,10 @@ def target_sizes(config: RunConfig, counts: dict[str, float]) -> dict[str, float
     length targets (about 1.3 tokens a word, 40 tokens a user turn), before the cache has measured them."""
     text = config.text
     exchange = 40 + 1.3 * (text.assistant_words_min + text.assistant_words_max) / 2
+    if text.writing == "turn":  # a call per turn: the user's message, or (more often: asked again) the reply
+        reply = 1.3 * (text.assistant_words_min + text.assistant_words_max) / 2
+        turn = (TURN_USER_TOKENS + REPLIES_PER_MESSAGE * reply) / (1 + REPLIES_PER_MESSAGE)
+        return {"beat": turn, "small_talk": turn, "exchange": KEPT_USER_TOKENS + min(KEPT_REPLY_MAX, KEPT_REPLY_SHARE * reply)}
     beats_per_session = counts.get("beats", counts["beat"]) / max(counts["sessions"], 1)
     ordinary = max(text.small_talk_exchanges, text.session_exchanges - beats_per_session, 1)
     whole = ordinary + beats_per_session if text.writing in ("session", "auto") else ordinary

@@ -73,9 +73,12 @@ def write_sessions(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
     if mode == "session":
         talks = _whole_sessions(persona, plans, items, unvoiced, done, llm=llm, config=config, stats=stats,
                                 view=view)
-    if mode == "turn":
-        _turn_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats, view=view)
-        talks = _turn_small_talks(persona, plans, items, llm=llm, config=config, stats=stats, view=view)
+    if mode == "turn":  # the beats' and the ordinary exchanges' turns, all in flight together
+        beat_asks = _turn_exchange_asks(persona, plans, unvoiced, config=config, view=view)
+        talk_asks = _turn_small_talk_asks(persona, plans, items, config=config, view=view)
+        written = write_turns([*beat_asks, *talk_asks], llm=llm, config=config, stats=stats)
+        _take_turn_exchanges(plans, written, done)
+        talks = _take_turn_small_talks(plans, written, stats)
     beat_turns = _beat_exchanges(persona, plans, unvoiced, done, llm=llm, config=config, stats=stats,
                                  first_sample=1 if mode == "session" else 0, view=view, write=mode != "turn")
     if not talks:  # the exchange mode: the ordinary exchanges are one call per session
@@ -230,10 +233,10 @@ def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, view:
     return out
 
 
-def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, view) -> None:
+def _turn_exchange_asks(persona, plans, unvoiced, *, config, view) -> list[TurnAsk]:
     """The small-model mode's beats (``turn_mode.write_turns``): a user turn opening with the beat's fact, each
     turn checked (item, stance, readability); a beat whose user turn passed but whose replies all failed
-    keeps that turn beside code's reply, the rest are left to code."""
+    keeps that turn beside code's reply, the rest are left to code (:func:`_take_turn_exchanges`)."""
     asks = []
     for plan in plans:
         for i, beat in enumerate(plan.beats):
@@ -248,7 +251,10 @@ def _turn_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, view)
                 fixed=fallback_exchange(beat, "", derive_rng(config.seed, persona.persona_id,
                                                              f"fallback:{plan.session_id}:{i}"))[0]
                 if beat.implicit else None))
-    written = write_turns(asks, llm=llm, config=config, stats=stats)
+    return asks
+
+
+def _take_turn_exchanges(plans, written, done) -> None:
     for plan in plans:
         for i, beat in enumerate(plan.beats):
             if (key := (plan.session_id, i)) in written:
@@ -278,10 +284,13 @@ def _checked(beat: Beat, user: str, assistant: str | None, view: TurnView) -> st
                             known=tuple(k for k in (beat.event, beat.told, beat.reason) if k))
 
 
-def _turn_small_talks(persona, plans: list[SessionPlan], items: list[str], *, llm, config, stats,
-                      view) -> dict[str, list[Exchange]]:
+TALK = "talk:"  # an ordinary exchange's ask key: (TALK + session id, k), apart from the beats' (session id, i)
+
+
+def _turn_small_talk_asks(persona, plans: list[SessionPlan], items: list[str], *, config, view) -> list[TurnAsk]:
     """The small-model mode's ordinary exchanges: per exchange, a user turn opening with a plain question on
-    the topic, then the reply; an exchange whose turns do not both pass is dropped, never repaired."""
+    the topic, then the reply; an exchange whose turns do not both pass is dropped, never repaired
+    (:func:`_take_turn_small_talks`)."""
     catalog, asks = load_catalog(), []
     openings = {topic: iter(ordinary_openings(topic_label(topic), list(catalog.facets.get(topic, {}).values()),
                                               sum(p.small_talk for p in plans if p.topic == topic),
@@ -292,18 +301,21 @@ def _turn_small_talks(persona, plans: list[SessionPlan], items: list[str], *, ll
         for k in range(plan.small_talk):
             opening = next(openings[plan.topic])
             asks.append(TurnAsk(
-                key=(plan.session_id, k), topic=label,
+                key=(TALK + plan.session_id, k), topic=label,
                 context=UserTurnContext(name=persona.name, age=persona.age, occupation=persona.occupation, opening=opening),
                 user_problem=lambda u, p=plan: _ordinary_problem(u, None, items, config, view.at(p.topic),
                                                                  words=(1, 10_000)),
                 reply_problem=lambda u, r, p=plan: _ordinary_problem(u, r, items, config, view.at(p.topic),
                                                                      words=reply_words(config))))
-    written = write_turns(asks, llm=llm, config=config, stats=stats)
+    return asks
+
+
+def _take_turn_small_talks(plans: list[SessionPlan], written, stats) -> dict[str, list[Exchange]]:
     out = {}
     for plan in plans:
         kept = []
         for k in range(plan.small_talk):
-            user, s, reply, r = written.get((plan.session_id, k), (None, None, None, None))
+            user, s, reply, r = written.get((TALK + plan.session_id, k), (None, None, None, None))
             if user is not None and reply is not None:
                 kept.append(Exchange(user, reply, s, r))
         stats.small_talk_kept += len(kept)
