@@ -8,6 +8,9 @@
    prompts, JSON-schema grammars and token caps, recorded from the fake backend), replayed through the
    ``local`` backend with ``max_concurrency`` calls in flight, as the run keeps them.
 3. Prompt tokens per generated token of the default profile (the fake backend, a persona's every call).
+4. The README's commands on the embedded model: the smoke run itself (`generate --n 2 --profile smoke --llm
+   local`; its engine counters from the manifest's stats.engine) against (1)'s single stream and best S_TG, and
+   the `make generate N=180` plan's hours against the floor of (1)'s best speeds for the tokens it plans.
 
 The replay's generated tokens per second of decoding are set against (1)'s best S_TG; its prompt-evaluated
 plus generated tokens per second of wall time against (1)'s best S.
@@ -153,9 +156,51 @@ def run() -> list[dict]:
         _row("  tokens the grammar rejected (resampled) / of those, over the whole vocabulary",
              result["grammar_resamples"] / max(generated, 1), f"share / {result['grammar_full']}"),
     ]
+    rows += embedded_run_rows(table if binary.is_file() else [])
     total = fake.usage_summary().total
     rows.append(_row("default profile (fake backend, 1 persona): prompt tokens sent per generated token",
                      total.input_tokens / total.output_tokens, "ratio", 1.0, total.input_tokens / total.output_tokens))
+    return rows
+
+
+def embedded_run_rows(table: list[dict]) -> list[dict]:
+    """The README's own commands on the embedded model: `generate --n 2 --profile smoke --llm local` (its engine
+    counters, manifest stats.engine, against llama-batched-bench in this session), and the plan of
+    `make generate N=180` (its hours against the floor of llama-batched-bench's best speeds for the tokens it
+    plans: generated ones at the best S_TG, evaluated prompt ones at the best prompt speed)."""
+    from bench.eta import embedded_smoke
+    from pipeline.config import with_writing
+    from pipeline.run.estimate import PROMPT_EVALUATED_TURNS, estimate_run
+    from pipeline.run.spec import default_workers
+
+    with tempfile.TemporaryDirectory(prefix="bench-embedded-") as tmp:
+        _, wall, _ = embedded_smoke(Path(tmp))
+        engine = json.loads((Path(tmp) / "out" / "smoke" / "latest" / "manifest.json").read_text())["stats"]["engine"]
+        settings = LLMSettings(llm="local", cache_path=Path(tmp) / "plan" / "llm.sqlite")
+        llm = LLM(settings)
+        config = with_writing(load_config("default"), llm)
+        plan = estimate_run(config, llm, workers=default_workers(settings))
+        llm.close()
+    rate = engine["generated_per_decode_s"]
+    best_tg = max(table, key=lambda r: r["speed_tg"]) if table else None
+    single = next((r for r in table if r["pl"] == 1), None)
+    rows = [
+        _row("embedded smoke run (generate --n 2 --profile smoke --llm local): wall time", wall, "s", 93, wall / 93),
+        _row("  generated tokens/s while decoding, against llama-batched-bench's single stream", rate, "tokens/s",
+             single["speed_tg"] if single else None, rate / single["speed_tg"] if single else None),
+        _row("  the same, against llama-batched-bench's best S_TG", rate, "tokens/s",
+             best_tg["speed_tg"] if best_tg else None, rate / best_tg["speed_tg"] if best_tg else None),
+        _row("  mean sequences per decoding pass", engine["mean_width"], "sequences"),
+        _row("  prompt tokens evaluated per generated token", engine["evaluated_per_generated"], "ratio", 0.6,
+             engine["evaluated_per_generated"] / 0.6),
+        _row("  prompt tokens evaluated / sent (prefix reuse)", engine["evaluated_per_sent"], "ratio"),
+    ]
+    if best_tg and single:
+        floor = (plan.output_tokens / best_tg["speed_tg"]
+                 + plan.input_tokens * PROMPT_EVALUATED_TURNS / max(r["speed_pp"] for r in table))
+        rows.append(_row("`make generate N=180` plan (default profile, embedded model): ETA, against the floor of "
+                         "llama-batched-bench's best speeds for its tokens", plan.eta_s / 3600, "h", floor / 3600,
+                         plan.eta_s / floor))
     return rows
 
 
