@@ -39,18 +39,15 @@ from schemas.query_drafts import query_draft
 OUTPUT_TOKENS = {"profile": 100, "inventory": 21, "narration": 190, "beat": 180, "small_talk": 130, "query": 165,
                  "reveal": 8}  # the reveal check's answer: {"answer": 2}
 MIN_MEASURED = 3
-# The turn mode's calls, until the cache has measured them: a user's message is about 52 tokens, and a reply is
-# asked about 2.8 times for each message (SmolLM2-135M in default-profile runs of 2 personas, seeds 7 and 13: 2.9
-# replies a message, 52 tokens a message; the calls averaged 157 tokens).
+# The turn mode's calls until the cache measured them: a message is about 52 tokens, and a reply is asked 2.8 times
+# a message (SmolLM2-135M, default-profile runs of 2 personas, seeds 7 and 13: the calls averaged 157 tokens).
 TURN_USER_TOKENS, REPLIES_PER_MESSAGE = 52, 2.8
-# What the turn mode keeps of an exchange, in the dataset's tokens: a message of about 35 tokens, and a reply of
-# 0.6 of the length asked, at most 75 tokens (the reply that passes is seldom the longest; default-profile run:
-# 35 and 75 tokens; smoke, asked 5-60 words: 31 and 25).
+# What it keeps of an exchange, in the dataset's tokens: a 35-token message and a reply of 0.6 of the length asked,
+# at most 75 tokens (default-profile run: 35 and 75 tokens; smoke, asked 5-60 words: 31 and 25).
 KEPT_USER_TOKENS, KEPT_REPLY_SHARE, KEPT_REPLY_MAX = 35, 0.6, 75
-# Calls per planned item before the cache holds a measure of this model's own: SmolLM2-135M (the
-# embedded default, in the turn mode) took 2.1 calls a turn (a reply is asked again until it passes: 2.9 a
-# reply, 1.05 a user's message), 2.4 a life event's narrative and 2.75 an inventory in a default-profile run of
-# 2 personas and 2 topics; other backends start at 1.
+# Calls per planned item before the cache holds a measure of this model's own: SmolLM2-135M (turn mode) took 2.1
+# calls a turn (2.9 a reply, 1.05 a message), 2.4 a narrative and 2.75 an inventory in a default-profile run of 2
+# personas and 2 topics; other backends start at 1.
 TYPICAL_ATTEMPTS = {"local": {"beat": 2.1, "small_talk": 2.1, "narration": 2.4, "inventory": 2.75, "query": 1.9}}
 # The measuring calls give up after this many seconds (retries included): a server that does not answer fails
 # the start in a minute, not after llm.call_timeout_s twice over.
@@ -232,7 +229,12 @@ def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
     sizes["small_talk"] = OUTPUT_TOKENS["small_talk"] * max(1, config.text.small_talk_exchanges)  # a session's
     sizes["filler"] = OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
     sizes |= target_sizes(config, per_persona_counts(config))
-    measured = llm.cache.tokens_by_spec(llm.backend.provider, llm.backend.model)
+    return _measured(config, sizes, llm.cache.tokens_by_spec(llm.backend.provider, llm.backend.model))
+
+
+def _measured(config: RunConfig, sizes: dict[str, float], measured: dict[str, tuple[int, float]]) -> dict[str, float]:
+    """``sizes`` with each kind's mean in ``measured`` (spec -> (calls, mean)) where the cache holds
+    ``MIN_MEASURED`` calls of it."""
     for kind, label in call_labels(config).items():
         rows = [(n, mean) for spec, (n, mean) in measured.items() if _labelled(spec, label)]
         calls = sum(n for n, _ in rows)
@@ -265,13 +267,7 @@ def prompt_sizes(config: RunConfig, llm: LLM) -> dict[str, float]:
     sizes = {}
     for kind, specs in _prompt_specs(config).items():
         sizes[kind] = sum(tokens(llm.prompts.render(spec, spec.sample_context())) for spec in specs) / len(specs)
-    measured = llm.cache.prompt_tokens_by_spec(llm.backend.provider, llm.backend.model)
-    for kind, label in call_labels(config).items():
-        rows = [(n, mean) for spec, (n, mean) in measured.items() if _labelled(spec, label)]
-        calls = sum(n for n, _ in rows)
-        if calls >= MIN_MEASURED:
-            sizes[kind] = sum(n * mean for n, mean in rows) / calls
-    return sizes
+    return _measured(config, sizes, llm.cache.prompt_tokens_by_spec(llm.backend.provider, llm.backend.model))
 
 
 def attempts_per_item(config: RunConfig, llm: LLM) -> dict[str, float]:
