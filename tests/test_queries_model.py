@@ -19,7 +19,8 @@ from schemas.llm import LLMSettings
 @pytest.mark.model
 def test_embedded_model_queries_pass_the_gates_or_are_dropped_with_a_reason(tmp_path):
     config = load_config("smoke", n_personas=1, seed=7, topics=["foodRecommendation", "travelPlanning"])
-    config = config.model_copy(update={"queries": config.queries.model_copy(update={"per_type": 1, "attempts": 1})})
+    config = config.model_copy(update={"queries": config.queries.model_copy(  # asked for (auto would not ask it)
+        update={"per_type": 1, "attempts": 1, "wording": "model"})})
     fake = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "fake.sqlite"))
     (seed,) = sample_personas(1, run_seed=config.seed, settings=config.personas)
     text = build_persona_text(seed, config=config, llm=fake)  # the text stages are tested elsewhere

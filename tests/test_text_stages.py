@@ -254,6 +254,8 @@ def test_auto_words_queries_in_code_on_the_embedded_model_and_asks_no_call(tmp_p
     llm = fake_llm(tmp_path)
     assert config.queries.wording == "auto"
     assert query_wording(config, local) == "code" and query_wording(config, llm) == "model"
+    fixed = config.model_copy(update={"queries": config.queries.model_copy(update={"wording": "model"})})
+    assert query_wording(fixed, local) == "model"  # a profile that asks for the model's wording gets it
     assert with_writing(config, local).queries.wording == "code"
     assert with_writing(config, llm).queries.wording == "model"
     (seed,) = sample_personas(1, run_seed=config.seed, settings=config.personas)
@@ -265,7 +267,7 @@ def test_auto_words_queries_in_code_on_the_embedded_model_and_asks_no_call(tmp_p
     assert stats.wording_fallbacks == 0
     assert all(q.provenance.get("wording") == "code" and "fallback" not in q.provenance for q in queries)
     model, _ = generate_queries(text.persona, text.timeline, text.sessions, llm=llm, config=config)
-    assert llm.usage_summary().total.calls > before  # auto, unresolved, asks the model as before
+    assert llm.usage_summary().total.calls > before  # auto on a backend other than the embedded one asks it
     assert [q.options for q in model] and {q.type for q in model} == {q.type for q in queries}
 
 

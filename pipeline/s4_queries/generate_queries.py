@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
+from pipeline.config import query_wording
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
 from pipeline.s4_queries.facts import Facts
@@ -78,7 +79,7 @@ def generate_queries(persona: Persona, timeline: Timeline, sessions: list[Sessio
                      config: RunConfig, judge: LLM | None = None,
                      inventory: dict[str, list[InventoryItem]] | None = None) -> tuple[list[Query], QueryStats]:
     """The persona's gated queries and what it took to get them; deterministic for a seed and cache."""
-    settings = config.queries
+    settings = config.queries.model_copy(update={"wording": query_wording(config, llm)})  # auto: by the backend
     rng = derive_rng(config.seed, persona.persona_id, "generate_queries")
     facts = persona_facts(persona, timeline, sessions, config=config, inventory=inventory)
     plans = plan_queries(facts, settings=settings, rng=rng)
