@@ -49,27 +49,22 @@ KEPT_USER_TOKENS, KEPT_REPLY_SHARE, KEPT_REPLY_MAX = 35, 0.6, 75
 # calls a turn (2.9 a reply, 1.05 a message), 2.4 a narrative and 2.75 an inventory in a default-profile run of 2
 # personas and 2 topics; other backends start at 1.
 TYPICAL_ATTEMPTS = {"local": {"beat": 2.1, "small_talk": 2.1, "narration": 2.4, "inventory": 2.75, "query": 1.9}}
-# The measuring calls give up after this many seconds (retries included): a server that does not answer fails
-# the start in a minute, not after llm.call_timeout_s twice over.
+# The measuring calls give up after this many seconds (retries included): a mute server fails the start in a minute.
 SETUP_CALL_S = 60.0
 # The measuring burst: beat-sized calls under their own name, so the cache's measures of beats leave them out.
 BURST = replace(BEAT, name="estimate.burst")
 PROMPT_SPEEDUP = 8.0  # prompt tokens are processed this many times faster than tokens are generated
-# Share of the prompt tokens sent that the batching engine evaluates (the rest is a cached prefix of the same
-# stage's instructions and persona lines): 0.655 for a smoke run's requests in the session mode
-# (bench/engine.py); 0.42 in the turn mode, whose prompts put what a persona's calls share first (the
-# engine's counters of a default-profile run of 2 personas, manifest stats.engine).
+# Share of the prompt tokens sent that the batching engine evaluates (the rest is a cached prefix): 0.655 for a
+# smoke run's requests in the session mode (bench/engine.py); 0.42-0.46 in the turn mode (stats.engine of
+# default-profile runs of 2 personas).
 PROMPT_EVALUATED = 0.66
 PROMPT_EVALUATED_TURNS = 0.42
-# The engine's speed in a run against its measure (`BatchEngine.measure`): the run's passes read longer KV
-# streams, check each token against its grammar and end sequences; a default-profile run of 2 personas
-# decoded at 0.83 of the measured speed at its mean width (5.75) and evaluated prompts at 0.83 of it.
+# A run's engine speed against its measure (`BatchEngine.measure`; a run reads longer KV streams, checks grammars):
+# a default-profile run of 2 personas decoded and evaluated prompts at 0.83 of the measure at its mean width.
 ENGINE_EFFICIENCY = 0.83
-# Prompt tokens a chat message costs beyond its text (the chat template's role markers), per message.
-MESSAGE_OVERHEAD = 5
-# Calls a persona keeps in flight on a batching engine where its stage has several: a default-profile run of
-# 2 personas on the embedded model decoded 5.75 sequences a pass on average (engine counters; a smoke run, with
-# fewer turns to write at once, 2.9).
+MESSAGE_OVERHEAD = 5  # prompt tokens a chat message costs beyond its text (the template's role markers)
+# Calls a persona keeps in flight on a batching engine where its stage has several: 2 personas decoded 5.75-9
+# sequences a pass in default-profile runs, 3.8-4 in smoke runs (engine counters).
 IN_FLIGHT_PER_PERSONA = 2.9
 
 
@@ -255,8 +250,7 @@ def _prompt_specs(config: RunConfig) -> dict[str, tuple]:
 
 def prompt_sizes(config: RunConfig, llm: LLM) -> dict[str, float]:
     """Prompt tokens per call of each kind: this model's mean in the cache once it holds ``MIN_MEASURED`` calls
-    of the kind, else the kind's template rendered with its sample context (the message texts, plus
-    ``MESSAGE_OVERHEAD`` a message)."""
+    of the kind, else its template rendered with its sample context (texts + ``MESSAGE_OVERHEAD`` a message)."""
     exact = getattr(llm.backend, "prompt_tokens", None)  # the embedded model counts with its own tokenizer
 
     def tokens(messages) -> int:
@@ -264,9 +258,15 @@ def prompt_sizes(config: RunConfig, llm: LLM) -> dict[str, float]:
             return exact([m.model_dump() for m in messages])
         return sum(count_tokens(m.content) + MESSAGE_OVERHEAD for m in messages)
 
+    def prompt(spec) -> tuple[float, float]:  # (tokens, weight): a reply's prompt holds a whole message, asked more
+        context, reply = spec.sample_context(), spec is TURN_ASSISTANT
+        grown = max(0, TURN_USER_TOKENS - count_tokens(context.message)) if reply else 0
+        return tokens(llm.prompts.render(spec, context)) + grown, REPLIES_PER_MESSAGE if reply else 1.0
+
     sizes = {}
     for kind, specs in _prompt_specs(config).items():
-        sizes[kind] = sum(tokens(llm.prompts.render(spec, spec.sample_context())) for spec in specs) / len(specs)
+        rows = [prompt(spec) for spec in specs]
+        sizes[kind] = sum(n * w for n, w in rows) / sum(w for _, w in rows)
     return _measured(config, sizes, llm.cache.prompt_tokens_by_spec(llm.backend.provider, llm.backend.model))
 
 
