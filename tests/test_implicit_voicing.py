@@ -159,10 +159,10 @@ def test_the_reveal_statements_hold_the_truth_its_opposite_and_two_other_items()
 
 
 def test_the_turn_mode_asks_only_the_reply_of_a_code_worded_implicit_turn():
-    from pipeline.s3_text.write_sessions import SessionStats
-
     import asyncio
     from types import SimpleNamespace
+
+    from pipeline.s3_text.write_sessions import SessionStats
 
     class Replies:
         calls: list = []
