@@ -258,16 +258,12 @@ class LLMCache:
         with self._lock:
             return [(float(t), int(n)) for t, n in self._db.execute(sql, (provider, model, limit)).fetchall()]
 
-    def tokens_by_spec(self, provider: str, model: str) -> dict[str, tuple[int, float]]:
-        """Per spec of one model: (calls, mean generated tokens per call), failed calls and re-asks included."""
-        sql = ("SELECT spec, COUNT(*), AVG(output_tokens) FROM calls WHERE provider = ? AND model = ? "
-               "GROUP BY spec")
-        with self._lock:
-            return {spec: (int(n), float(mean)) for spec, n, mean in self._db.execute(sql, (provider, model))}
-
-    def prompt_tokens_by_spec(self, provider: str, model: str) -> dict[str, tuple[int, float]]:
-        """Per spec of one model: (calls, mean prompt tokens per call)."""
-        sql = ("SELECT spec, COUNT(*), AVG(input_tokens) FROM calls WHERE provider = ? AND model = ? "
+    def tokens_by_spec(self, provider: str, model: str, column: str = "output_tokens") -> dict[str, tuple[int, float]]:
+        """Per spec of one model: (calls, mean generated tokens per call, or of ``column``: ``input_tokens``, the
+        prompt's), failed calls and re-asks included."""
+        if column not in ("output_tokens", "input_tokens"):
+            raise ValueError(f"no token column {column!r}")
+        sql = (f"SELECT spec, COUNT(*), AVG({column}) FROM calls WHERE provider = ? AND model = ? "
                "GROUP BY spec")
         with self._lock:
             return {spec: (int(n), float(mean)) for spec, n, mean in self._db.execute(sql, (provider, model))}

@@ -88,10 +88,11 @@ class EngineStats:
 
     def since(self, earlier: EngineStats) -> EngineStats:
         """The counts made after ``earlier`` (a copy taken before a run, in a process that serves several)."""
-        return EngineStats(**{name: getattr(self, name) - getattr(earlier, name) for name in self.__dataclass_fields__})
+        return self.plus(earlier, sign=-1)
 
-    def plus(self, other: EngineStats) -> EngineStats:
-        return EngineStats(**{name: getattr(self, name) + getattr(other, name) for name in self.__dataclass_fields__})
+    def plus(self, other: EngineStats, sign: int = 1) -> EngineStats:
+        return EngineStats(**{name: getattr(self, name) + sign * getattr(other, name)
+                              for name in self.__dataclass_fields__})
 
     def figures(self) -> dict[str, float]:
         """The counters a run's manifest keeps, with the ratios a reader wants: prompt tokens evaluated per token

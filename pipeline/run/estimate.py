@@ -85,8 +85,9 @@ def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
     """Average calls of each kind per persona, from the code-only plan of the first personas."""
     plan = build_plan(config.model_copy(update={"n_personas": min(sample, config.n_personas)}))
     n = len(plan.personas)
-    planned = [b for p, t in zip(plan.personas, plan.timelines, strict=True)
-               for s in plan_sessions(p, t, config=config) for b in s.beats]
+    planned_sessions = [s for p, t in zip(plan.personas, plan.timelines, strict=True)
+                        for s in plan_sessions(p, t, config=config)]
+    planned = [b for s in planned_sessions for b in s.beats]
     beats, implicit = len(planned), sum(b.implicit for b in planned)
     life = sum(e.kind == "life_event" for t in plan.timelines for e in t.events)
     sessions = len(config.topics) * len(config.periods) * config.text.sessions_per_period
@@ -98,8 +99,7 @@ def per_persona_counts(config: RunConfig, sample: int = 5) -> dict[str, float]:
         # the reveal check of each implicit turn the model wrote
         return counts | {"beat": 0.0, "small_talk": sessions, "beats": beats / n, "reveal": implicit / n}
     if config.text.writing == "turn":  # the user's message, then the reply; an implicit one's message is code's
-        ordinary = sum(s.small_talk for p, t in zip(plan.personas, plan.timelines, strict=True)
-                       for s in plan_sessions(p, t, config=config))  # each a call for the message and one for the reply
+        ordinary = sum(s.small_talk for s in planned_sessions)  # each a call for the message and one for the reply
         return counts | {"beat": (2 * beats - implicit) / n, "small_talk": 2 * ordinary / n,
                          "exchanges": (beats + ordinary) / n}
     return counts | {"reveal": implicit / n}
@@ -196,13 +196,13 @@ def burst_seconds_per_call(llm: LLM, parallel: int) -> float | None:
 def call_labels(config: RunConfig) -> dict[str, str]:
     """The cache label of each kind of call this config makes (`pipeline.llm.call_label`); narration's
     output size varies per event, so it is matched by spec name alone."""
+    turn = "write_sessions.turn_*" if config.text.writing == "turn" else None  # a call per turn, either kind
     return {
         "profile": call_label(PROFILE), "narration": f"{NARRATION.name}/",
-        "beat": "write_sessions.turn_*" if config.text.writing == "turn" else
+        "beat": turn or
         call_label(replace(BEAT, output=exchange_draft(config.text.assistant_words_min, config.text.assistant_words_max))),
         "inventory": call_label(replace(INVENTORY, output=inventory_draft(config.text.inventory_size))),
-        "small_talk": "write_sessions.turn_*" if config.text.writing == "turn" else  # per turn, else per session
-        f"{(SESSION if config.text.writing in ('session', 'auto') else SMALL_TALK).name}/",
+        "small_talk": turn or f"{(SESSION if config.text.writing in ('session', 'auto') else SMALL_TALK).name}/",
         "filler": call_label(replace(FILLER, output=small_talk_draft(config.text.filler_exchanges))),
         "query": call_label(replace(QUERY, output=query_draft(config.queries.n_options))),
     }
@@ -215,7 +215,7 @@ def _labelled(spec: str, label: str) -> bool:
         (label.endswith("*") and spec.startswith(label[:-1]))
 
 
-def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
+def call_tokens(config: RunConfig, llm: LLM, counts: dict[str, float] | None = None) -> dict[str, float]:
     """Generated tokens per call of each kind: this model's mean in the cache (re-asks and failed calls
     included) over calls of the same size (10-item inventories, 4-exchange filler) once it holds
     ``MIN_MEASURED`` of them, else the typical size (scaled by the configured items or exchanges)."""
@@ -223,7 +223,7 @@ def call_tokens(config: RunConfig, llm: LLM) -> dict[str, float]:
     sizes["inventory"] = OUTPUT_TOKENS["inventory"] * config.text.inventory_size
     sizes["small_talk"] = OUTPUT_TOKENS["small_talk"] * max(1, config.text.small_talk_exchanges)  # a session's
     sizes["filler"] = OUTPUT_TOKENS["small_talk"] * config.text.filler_exchanges
-    sizes |= target_sizes(config, per_persona_counts(config))
+    sizes |= target_sizes(config, counts or per_persona_counts(config))  # counts: per persona, before re-asks
     return _measured(config, sizes, llm.cache.tokens_by_spec(llm.backend.provider, llm.backend.model))
 
 
@@ -267,7 +267,7 @@ def prompt_sizes(config: RunConfig, llm: LLM) -> dict[str, float]:
     for kind, specs in _prompt_specs(config).items():
         rows = [prompt(spec) for spec in specs]
         sizes[kind] = sum(n * w for n, w in rows) / sum(w for _, w in rows)
-    return _measured(config, sizes, llm.cache.prompt_tokens_by_spec(llm.backend.provider, llm.backend.model))
+    return _measured(config, sizes, llm.cache.tokens_by_spec(llm.backend.provider, llm.backend.model, "input_tokens"))
 
 
 def attempts_per_item(config: RunConfig, llm: LLM) -> dict[str, float]:
@@ -325,7 +325,7 @@ def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
     for kind, factor in attempts_per_item(config, llm).items():
         if kind in counts:
             counts[kind] *= factor
-    sizes = call_tokens(config, llm)
+    sizes = call_tokens(config, llm, items)
     n = config.n_personas
     filler = filler_calls(config, counts, sizes)
     calls = sum(v for k, v in counts.items() if k not in ("sessions", "beats", "exchanges")) * n + filler

@@ -85,8 +85,8 @@ def generate_queries(persona: Persona, timeline: Timeline, sessions: list[Sessio
     plans = plan_queries(facts, settings=settings, rng=rng)
     stats = QueryStats(planned=len(plans))
     sound = [p for p in plans if _structurally_sound(p, facts, stats)]
-    worded = _model_wordings(persona, sound, llm=llm, judge=judge, settings=settings, stats=stats, rng=rng) \
-        if settings.wording != "code" else {}
+    worded = {} if settings.wording == "code" else \
+        _model_wordings(persona, sound, llm=llm, judge=judge, settings=settings, stats=stats, rng=rng)
     kept = []
     voicings = {(swt.session.session_id, t.turn_index): t.voicing for swt in sessions for t in swt.turns if t.voicing}
     for plan in sound:
@@ -185,13 +185,14 @@ def _code_wording(plan: QueryPlan, last: Problem | None, judge: LLM | None, sett
         problem = Problem(gate=last.gate if last else "length", detail="code wording failed the gates too")
         stats.count("gate_failures", problem.gate)
     else:
-        provenance = {"wording": "code", "fallback": "true", "model_problem": last.gate if last else "none"} \
-            if settings.wording != "code" else {"wording": "code"}
+        fallback = settings.wording != "code"  # code words it after the model's wording failed, or by design
+        provenance = {"wording": "code", **({"fallback": "true", "model_problem": last.gate if last else "none"}
+                                            if fallback else {})}
         problem = _gates(plan, wording[0], wording[1], provenance, judge, settings, stats, rng)
     if problem is not None:
         _drop(stats, plan, problem.gate, problem.detail)
         return None
-    stats.wording_fallbacks += settings.wording != "code"
+    stats.wording_fallbacks += provenance.get("fallback") == "true"
     return Wording(question=wording[0], texts=wording[1], provenance=provenance)
 
 
