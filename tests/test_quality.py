@@ -95,6 +95,10 @@ def test_a_model_item_must_name_a_thing_of_its_topic():
      "user_turn", "a sentence repeated"),
     ("soccer, football, rugby, soccer ball, game of thrones, match, team in the field, playing a sport.",
      "assistant_turn", "opens in lower case"),
+    # from the embedded smoke run: a date and a clock time tacked on ('9:58am': no word boundary after the digits)
+    ("Since I was evacuated from a national park campsite by a wildfire, I have come to avoid visiting national "
+     "parks, 2023-12-17 at 9:58am.", "user_turn", "a clock time"),
+    ("We met at 9:58am and talked for a long while about the trip.", "user_turn", "a clock time"),
     # from the embedded smoke run: the model as an editor, and the prompt's category label
     ("The original sentence was reworded to improve clarity and grammar.", "assistant_turn", "a note on the writing"),
     ("Last spring I was set up on a blind date by a cousin (relationship). It went well.", "narrative",

@@ -50,7 +50,8 @@ NAME_ZIPF = 2.5  # a capitalised word rarer than this, not sentence-initial and 
 WORD = re.compile(r"[A-Za-z][A-Za-z'\-]*|\d+")
 DEBRIS = [
     ("a timestamp", re.compile(r"\d{4}-\d{2}-\d{2}(?:T|\s+\d)|\d{4}-\d{2}-\d{2}T?:|\bT\d{2}:\d{2}")),
-    ("a clock time", re.compile(r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?\b")),
+    ("a clock time", re.compile(  # '9:58am' too (no word boundary after its digits)
+        r"\b\d{1,2}:\d{2}(?::\d{2})?(?:\.\d+)?(?:\s?[ap]\.?m\b\.?)?(?!\d)", re.IGNORECASE)),
     ("a role label", re.compile(r"(?im)(?:^|[\s|,;(\"'])(?:user|assistant|system|human|ai|bot|chat history|"
                                 r"gpt|smollm)\s*:")),
     ("a speaker label", re.compile(r"^(?!(?:Tip|Note|Update|Edit|PS|Step \d+)\b)[A-Z][a-z]+(?: \d+)?:\s")),  # "Mentor: ..."
