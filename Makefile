@@ -13,7 +13,7 @@ LLM ?=
 # these flags build a portable AVX2 llama.cpp instead.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
 
-.PHONY: help install test test-slow lint prompts-check plan generate serve bench clean
+.PHONY: help install test test-slow lint prompts-check prompts-try plan generate serve bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-15s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ lint: $(STAMP) ## run ruff
 
 prompts-check: $(STAMP) ## lint every prompt template against its context model
 	$(VENV)/bin/personagen prompts check
+
+prompts-try: $(STAMP) ## one template on a real persona, its call and the stage's verdict: make prompts-try T=write_sessions.turn_user [LLM=local]
+	$(VENV)/bin/personagen prompts try $(T) $(if $(LLM),--llm $(LLM),)
 
 plan: $(STAMP) ## plan N personas' timelines without any model: make plan N=5 SEED=7
 	$(VENV)/bin/personagen plan --n $(N) --seed $(SEED) --out outputs/plan

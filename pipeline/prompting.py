@@ -60,6 +60,15 @@ class PromptSpec:
         return self.context.model_validate(examples[0])
 
 
+def introduced(profile: str, name: str) -> str:
+    """``profile`` naming the person once, first (``{{ profile | introduced(name) }}``): as it is where it begins with
+    the name or the first name (code stores "Quinn Lopez. A 40-year-old ..." or the model's "Quinn Lopez is 40 ..."),
+    else led by "Name." -- never "I am Quinn Lopez. Quinn Lopez. A 40-year-old ..."."""
+    text = profile.strip()
+    first = name.split()[0] if name.split() else name
+    return text if not name or text.startswith((name, f"{first} ")) else f"{name}. {text}"
+
+
 def default_prompts_dir() -> Path:
     """$PERSONAGEN_PROMPTS when set, else the repository's `prompts/` folder (next to the `pipeline` package)."""
     override = os.environ.get(PROMPTS_ENV)
@@ -75,7 +84,7 @@ class PromptEnv:
     @cached_property
     def jinja(self) -> SandboxedEnvironment:
         """Sandboxed, strict, whitespace-trimming, no autoescape (the output is plain text)."""
-        return SandboxedEnvironment(
+        env = SandboxedEnvironment(
             loader=jinja2.FileSystemLoader(str(self.root)),
             undefined=jinja2.StrictUndefined,
             trim_blocks=True,
@@ -83,6 +92,8 @@ class PromptEnv:
             keep_trailing_newline=False,
             autoescape=False,
         )
+        env.filters["introduced"] = introduced
+        return env
 
     def source(self, name: str) -> str:
         """The raw source text of template `name`; a file that is not UTF-8 raises TemplateProblem."""
@@ -160,10 +171,31 @@ class PromptEnv:
         raised as TemplateProblem naming the template and line."""
         try:
             return self.render(spec, context)
+        except jinja2.TemplateSyntaxError as exc:
+            name = exc.name or spec.template
+            raise TemplateProblem(_problem(self, name, self.tag_line(name, exc.lineno),
+                                           f"syntax error: {exc.message}")) from None
         except jinja2.TemplateError:
             exc = rewrite_traceback_stack()  # frames of template lines, as Jinja's own render() shows them
             name, line = _template_line(exc, self.root, spec.template)
             raise TemplateProblem(_problem(self, name, line, f"{type(exc).__name__}: {exc}")) from None
+
+    def tag_line(self, name: str, lineno: int) -> int:
+        """The line of the tag a syntax error is in: Jinja reports where it met the unexpected token, which is the
+        next line when the tag is left open at the end of its own (``{% if x`` then a newline)."""
+        try:
+            lines = self.source(name).splitlines()
+        except (OSError, jinja2.TemplateNotFound, TemplateProblem):
+            return lineno
+        for number in range(min(lineno, len(lines)), 0, -1):
+            line = lines[number - 1]
+            opened = max(line.rfind("{%"), line.rfind("{{"), line.rfind("{#"))
+            closed = max(line.rfind("%}"), line.rfind("}}"), line.rfind("#}"))
+            if opened > closed:  # the last tag on this line is left open
+                return number
+            if number < lineno and max(opened, closed) >= 0:  # an earlier line whose tags all close
+                return lineno
+        return lineno
 
     def template_names(self) -> list[str]:
         """Every `*.jinja` file under the root, as loader names."""
@@ -252,7 +284,8 @@ def _check_spec(spec: PromptSpec, env: PromptEnv) -> tuple[list[PromptProblem], 
     except jinja2.TemplateNotFound as exc:
         return [_problem(env, spec.template, 1, f"{spec.name}: template not found: {exc.name}")], []
     except jinja2.TemplateSyntaxError as exc:
-        return [_problem(env, exc.name or spec.template, exc.lineno, f"syntax error: {exc.message}")], [spec.template]
+        name = exc.name or spec.template
+        return [_problem(env, name, env.tag_line(name, exc.lineno), f"syntax error: {exc.message}")], [spec.template]
     except TemplateProblem as exc:
         return [exc.problem], [spec.template]
     problems = _check_structure(env, spec.template, asts[spec.template])

@@ -125,3 +125,32 @@ def test_a_headless_chromium_renders_the_pages(version, pages, tmp_path):
     image = Image.open(shot).convert("L")
     low, high = image.getextrema()
     assert image.size == (1200, 1600) and high - low > 100  # text on a page, not a blank or error screen
+
+
+def test_show_prints_narratives_sessions_and_one_sessions_turns(version):
+    from rich.console import Console
+
+    from pipeline.reporting.show import load_persona_timeline, timeline_tree
+
+    ds = load(version)
+    persona = ds.personas[0].persona_id
+    who, timeline = load_persona_timeline(version, persona)
+    life = next(e for e in timeline.events if e.kind == "life_event")
+    told = timeline.model_copy(update={"events": [e.model_copy(update={"narrative": "On that day I wrote it down."})
+                                                  if e is life else e for e in timeline.events]})
+    console = Console(record=True, width=400)
+    console.print(timeline_tree(who, told))
+    assert "narrative: On that day I wrote it down." in console.export_text()
+    runner = CliRunner()
+    shown = runner.invoke(app, ["show", persona, "--plan", str(version)], env={"COLUMNS": "400"})
+    assert shown.exit_code == 0, shown.output
+    assert "sessions (" in shown.output
+    session = next(s for s in ds.sessions if s.persona_id == persona)
+    assert session.session_id in shown.output
+    turns = runner.invoke(app, ["show", persona, "--plan", str(version), "--session", session.session_id],
+                          env={"COLUMNS": "400"})
+    assert turns.exit_code == 0, turns.output
+    first = min((t for t in ds.turns if t.session_id == session.session_id), key=lambda t: t.turn_index)
+    assert f"{first.role}" in turns.output and first.content[:40] in turns.output, turns.output
+    missing = runner.invoke(app, ["show", persona, "--plan", str(version), "--session", "ses_nope"])
+    assert missing.exit_code == 2 and "has no session 'ses_nope'" in missing.output

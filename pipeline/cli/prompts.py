@@ -75,7 +75,7 @@ def render(
     with _one_line(f"--context {context}"):
         values = spec.context.model_validate_json(context.read_bytes()) if context else spec.sample_context()
     with _one_line(spec.template):
-        messages = _env(prompts_dir).render(spec, values)
+        messages = _env(prompts_dir).render_located(spec, values)
     if as_json:
         payload = {"messages": [m.model_dump() for m in messages], "output_schema": spec.output.model_json_schema()}
         typer.echo(json.dumps(payload, indent=2, ensure_ascii=False))
@@ -84,6 +84,44 @@ def render(
         typer.echo(f"--- {message.role} ---\n{message.content}\n")
     typer.echo(f"--- output schema: {spec.output.__name__} ---")
     typer.echo(json.dumps(spec.output.model_json_schema(), indent=2))
+
+
+@prompts_app.command("try")
+@interruptible
+def try_command(
+    name: Annotated[str, typer.Argument(help="prompt name as `prompts list` prints it, or its template file")],
+    plan: Annotated[Path | None, typer.Option("--plan", help="a `personagen plan` folder or a dataset version to take the persona from")] = None,
+    persona: Annotated[str | None, typer.Option("--persona", help="persona id, or row number from 0 (default: the first)")] = None,
+    llm: Annotated[str | None, typer.Option("--llm", help="fake | local[:path.gguf] | openai:<model>")] = None,
+    call: Annotated[int, typer.Option("--call", min=1, help="which of the persona's contexts of this template (1: the first)")] = 1,
+    profile: Annotated[str, typer.Option(help="profile name or YAML file, where the plan has no manifest")] = "default",
+    seed: Annotated[int | None, typer.Option(help="run seed, where the plan has no manifest (default: the profile's)")] = None,
+    cache: Annotated[Path, typer.Option(help="LLM response cache")] = Path("outputs/.cache/llm.sqlite"),
+    prompts_dir: PromptsDir = None,
+) -> None:
+    """Render a template with a real persona's context, make its call, and show what the pipeline keeps.
+
+    The persona's other calls are answered by the fake backend; this template's chosen context, and every re-ask
+    of it, go to --llm, and the stage's own checks give their verdict on each draft."""
+    from pipeline.run.prompt_try import try_prompt
+
+    with _one_line(name):
+        tried = try_prompt(name, llm=llm, cache=cache, plan=plan, persona=persona, profile=profile, seed=seed,
+                           call=call, prompts_dir=prompts_dir)
+    spec = tried.spec
+    typer.echo(f"{spec.name} ({spec.template}): persona {tried.persona}, context {call} of {tried.contexts} in its run")
+    for message in tried.messages:
+        typer.echo(f"--- {message.role} ---\n{message.content}\n")
+    for c in tried.calls:
+        how = "cached" if c.cached else f"{c.seconds:.1f} s"
+        typer.echo(f"--- {tried.backend}, sample {c.sample} ({how}) ---")
+        typer.echo(c.output.model_dump_json(indent=2) if c.output is not None else f"call failed: {c.error}")
+        if c.output is not None and not c.verdicts:
+            typer.echo("checks: none of the pipeline's checks reads this output")
+        for v in c.verdicts:
+            typer.echo("checks: pass" if v is None else f"checks: refused: {v}")
+        typer.echo("")
+    typer.echo(f"pipeline: {tried.decision}")
 
 
 @prompts_app.command("check")

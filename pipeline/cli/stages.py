@@ -66,16 +66,22 @@ def _print_stats(stats: dict, counts: dict[str, int], out: Path, elapsed: float)
 
 def show(
     persona_id: Annotated[str, typer.Argument(help="a persona_id from the plan")],
-    plan_dir: Annotated[Path, typer.Option("--plan", help="folder written by `personagen plan`")] = Path("outputs/plan"),
+    plan_dir: Annotated[Path, typer.Option("--plan", help="folder written by `personagen plan`, or a dataset version")] = Path("outputs/plan"),
+    session: Annotated[str | None, typer.Option("--session", help="print this session's turns (a dataset version)")] = None,
 ) -> None:
-    """Print one persona's timeline as a dated tree: what changed, why, caused by what."""
-    from pipeline.reporting.show import load_persona_timeline, timeline_tree
+    """Print one persona's timeline as a dated tree: what changed, why (reasons, narratives), caused by what; from
+    a dataset version, its sessions too, or one session's turns."""
+    from pipeline.reporting.show import load_persona_timeline, sessions_tree, timeline_tree
 
     try:
         persona, timeline = load_persona_timeline(plan_dir, persona_id)
+        talks = sessions_tree(plan_dir, persona_id, session)
     except (UserError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
-    console.print(timeline_tree(persona, timeline))
+    if session is None:
+        console.print(timeline_tree(persona, timeline))
+    if talks is not None:
+        console.print(talks)
 
 
 def text(

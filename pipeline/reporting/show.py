@@ -84,6 +84,8 @@ def timeline_tree(persona: Persona, timeline: Timeline) -> Tree:
         if moved:
             node.add("[dim]life state: " + escape(", ".join(f"{k} {state.get(k)} -> {v}" for k, v in moved.items())) + "[/]")
             state.update(moved)
+        if e.narrative:
+            node.add(f"[dim]narrative: {escape(e.narrative)}[/]")
         for pid in parents.get(e.event_id, []):
             node.add(f"[dim]caused by {_when(by_id[pid])}: {escape(by_id[pid].summary)}[/]")
         for cid in sorted(children.get(e.event_id, []), key=lambda c: by_id[c].time):
@@ -103,4 +105,33 @@ def timeline_tree(persona: Persona, timeline: Timeline) -> Tree:
                          f"{toward}[/]")
             if new.reason:
                 line.add(f"[dim]reason: {escape(new.reason)}[/]")
+    return root
+
+
+def sessions_tree(directory: Path, persona_id: str, session_id: str | None = None) -> Tree | None:
+    """A dataset version's sessions of the persona (date, topic, kind, turns, where each turn came from), or one
+    session's turns in full (``session_id``); None where the folder has no sessions (a plan folder)."""
+    if not (directory / "sessions.parquet").is_file():
+        if session_id:
+            raise UserError(f"{directory}: no sessions.parquet (sessions are in a dataset version, not a plan folder)")
+        return None
+    sessions = [s for s in read_table(directory, "sessions") if s.persona_id == persona_id]
+    if session_id is not None:
+        found = [s for s in sessions if s.session_id == session_id]
+        if not found:
+            raise UserError(f"{directory / 'sessions.parquet'}: persona {persona_id!r} has no session {session_id!r}")
+        s = found[0]
+        root = Tree(f"[bold]session {escape(s.session_id)}[/]: {escape(s.topic)}, {s.kind}, "
+                    f"{s.time:%Y-%m-%d %H:%M}" if s.time else f"[bold]session {escape(s.session_id)}[/]")
+        for t in sorted((t for t in read_table(directory, "turns") if t.session_id == session_id),
+                        key=lambda t: t.turn_index):
+            tags = [f"voices {', '.join(t.pref_versions)}"] if t.pref_versions else []
+            tags += ["code's wording"] if t.fallback else []
+            tag = f" [dim]({escape('; '.join(tags))})[/]" if tags else ""
+            root.add(f"[bold]{t.role}[/]{tag}: {escape(t.content)}")
+        return root
+    root = Tree(f"[bold]sessions[/] ({len(sessions)}; `--session ID` prints one's turns)")
+    for s in sorted(sessions, key=lambda s: (s.time is None, s.time, s.session_id)):
+        when = f"{s.time:%Y-%m-%d}" if s.time else "-"
+        root.add(f"{when} {escape(s.session_id)} [dim]{escape(s.topic)} · {s.kind} · {s.n_turns} turns[/]")
     return root

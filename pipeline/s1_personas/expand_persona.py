@@ -10,6 +10,7 @@ from pydantic import BaseModel
 
 from pipeline.catalog import catalog_inventory, item_fit, load_catalog, turnable_items
 from pipeline.checks.quality import Origin, count, item_problem, text_problem
+from pipeline.checks.verdicts import heard
 from pipeline.llm import LLM, LLMError
 from pipeline.rng import derive_rng
 from pipeline.specs import INVENTORY, PROFILE
@@ -54,7 +55,7 @@ def _with_profile(base: Persona, *, llm: LLM, attempts: int, origin: dict[str, O
             draft = llm.generate(PROFILE, context, sample_index=sample)
         except LLMError:
             continue
-        if profile_problem(draft, base) is None:
+        if heard(draft, profile_problem(draft, base)) is None:
             count(origin, "profile", **{"reasked" if sample else "model": 1})
             return apply_profile(base, draft, llm_name=llm.name, fingerprint=llm.fingerprint(PROFILE))
     count(origin, "profile", code=1)
@@ -68,9 +69,16 @@ def apply_profile(base: Persona, draft: ProfileDraft, *, llm_name: str, fingerpr
         "gender_identity": base.gender_identity or draft.gender_identity,
         "occupation": base.occupation or draft.occupation,
         "location": base.location or draft.location,
-        "profile": f"{base.name}. {draft.background.strip()}",
+        "profile": named(base.name, draft.background),
         "provenance": {**base.provenance, "profile": f"{llm_name} {fingerprint[:12]}"},
     })
+
+
+def named(name: str, background: str) -> str:
+    """The stored profile: the model's prose, led by the name where the prose does not begin with it already
+    ("Quinn Lopez. A 40-year-old ...", never "Quinn Lopez. Quinn Lopez is 40 ...")."""
+    text = background.strip()
+    return text if text.startswith(name) else f"{name}. {text}"
 
 
 _JUNK = re.compile(r"^[\W_]+|[\W_]+$")
@@ -124,8 +132,11 @@ def merge_inventory(persona: Persona, drafts: list[BaseModel | None], *, config:
     size = config.text.inventory_size
     own = size - math.ceil(config.text.catalog_share * size)  # the model's items at most
     for topic, draft in zip(config.topics, drafts, strict=True):
-        items = [InventoryItem(name=n, origin="model") for n in clean_items(draft.items if draft else [], taken=taken, limit=own,
-                                                                             topic=topic)]
+        names = clean_items(draft.items if draft else [], taken=taken, limit=own, topic=topic)
+        if draft is not None:  # the catalog tops the list up: a draft fails only when none of its items is kept
+            heard(draft, None if names else f"none of its {len(draft.items)} items kept (unreadable, not of the "
+                                            "topic, or a repeat)")
+        items = [InventoryItem(name=n, origin="model") for n in names]
         pool = [i for i in catalog[topic] if fits(topic, i.name)]
         rng.shuffle(pool)
         pool.sort(key=lambda i: (topic, i.name) not in turnable)  # stable: still shuffled within each part

@@ -16,6 +16,7 @@ import yaml
 from pydantic import BaseModel
 
 from pipeline.checks.safety import safety_problem
+from pipeline.checks.verdicts import heard
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
 from pipeline.s3_text.sharegpt import DATASET, SOURCE, TERMS, Conversation, sharegpt_pool
@@ -47,14 +48,19 @@ def write_filler_pool(*, llm: LLM, config: RunConfig, start: int = 0, count: int
     subjects = [filler_subject(config.seed, index) for index in indices]
     drafts = llm.generate_each(spec, [FillerContext(subject=s, n_exchanges=n) for s in subjects],
                                sample_index=list(indices))
-    sessions = [filler_session(index, subject, draft, config=config, model=llm.name)
+    sessions = [(draft, filler_session(index, subject, draft, config=config, model=llm.name))
                 for index, subject, draft in zip(indices, subjects, drafts, strict=True) if draft is not None]
-    return [s for s in sessions if not hostile(s)]
+    return [s for draft, s in sessions if heard(draft, hostility_problem(s)) is None]
+
+
+def hostility_problem(session: SessionWithTurns) -> str | None:
+    """Why a filler session is hostile (:mod:`pipeline.checks.safety`), if any turn is: such a session is left out."""
+    return next((p for t in session.turns if (p := safety_problem(t.content))), None)
 
 
 def hostile(session: SessionWithTurns) -> bool:
-    """Whether any turn of a filler session is hostile (:mod:`pipeline.checks.safety`): such a session is left out."""
-    return any(safety_problem(t.content) for t in session.turns)
+    """Whether any turn of a filler session is hostile: such a session is left out."""
+    return hostility_problem(session) is not None
 
 
 def filler_subject(run_seed: int, index: int) -> str:

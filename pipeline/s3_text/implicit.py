@@ -4,6 +4,7 @@ preference it was written to show."""
 from __future__ import annotations
 
 from pipeline.catalog import load_catalog
+from pipeline.checks.verdicts import heard
 from pipeline.cues import cues_of
 from pipeline.rng import derive_rng
 from pipeline.s3_text.beats import Beat
@@ -28,7 +29,8 @@ def confirm_implicit(persona, asked, done, before, *, llm, config, stats, sample
                 cues=[cues_of(beat.topic, item, stance) for item, stance in shown])))
     verdicts = llm.generate_each(REVEAL, [c for _, _, c in checks], sample_index=sample) if checks else []
     for (key, answer, _), verdict in zip(checks, verdicts, strict=True):
-        if verdict is None or verdict.answer != answer:
+        if verdict is None or heard(verdict, None if verdict.answer == answer else
+                                    f"the reader chose statement {verdict.answer}; the turn shows {answer}"):
             del done[key]
             stats.problems["implicit turn not recognised"] = stats.problems.get("implicit turn not recognised", 0) + 1
 

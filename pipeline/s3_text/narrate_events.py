@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from pipeline.catalog import load_catalog, load_taxonomy
 from pipeline.checks.quality import Origin, count, text_problem
+from pipeline.checks.verdicts import heard
 from pipeline.life_state import gist, names
 from pipeline.llm import LLM
 from pipeline.specs import NARRATION
@@ -79,7 +80,7 @@ def narrate_events(persona: Persona, timeline: Timeline, *, llm: LLM, config: Ru
     for n_effects, events in sorted(by_count.items()):
         spec = replace(NARRATION, output=narration_draft(n_effects))
         contexts = [narration_context(persona, timeline, e, effects.get(e.event_id, [])) for e in events]
-        readable = lambda d: text_problem(d.narrative, "narrative", allowed=allowed) is None  # noqa: E731
+        readable = lambda d: heard(d, text_problem(d.narrative, "narrative", allowed=allowed)) is None  # noqa: E731
         for event, (draft, sample) in zip(events, _drafts(llm, spec, contexts, config.text.attempts, readable),
                                           strict=True):
             count(origin, "narrative", **{"code" if draft is None else "reasked" if sample else "model": 1})

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from pipeline.checks.quality import ENDINGS, Origin, count
+from pipeline.checks.verdicts import heard
 from pipeline.llm import LLM
 from pipeline.llm.errors import LLMError
 from pipeline.s3_text.beats import Beat
@@ -89,14 +90,15 @@ def write_turns(asks: Sequence[TurnAsk], *, llm: LLM, config: RunConfig,
             if a.key not in users:
                 draft = await ask(replace(TURN_USER, output=user_turn_draft(a.context.opening)), a.context, sample)
                 text = clean(draft.text, a.context.opening) if draft is not None else ""
-                if _noted(a.user_problem(text) if draft is not None else "model call failed", problems) is not None:
+                if _noted(heard(draft, a.user_problem(text)) if draft is not None else "model call failed", problems):
                     continue
                 users[a.key] = (text, sample)
             message = users[a.key][0]
             draft = await ask(spec, AssistantTurnContext(message=message, topic=a.topic, words_min=asked[0],
                                                          words_max=asked[1]), sample)
             text = clean(draft.text) if draft is not None else ""
-            if _noted(a.reply_problem(message, text) if draft is not None else "model call failed", problems) is None:
+            if _noted(heard(draft, a.reply_problem(message, text)) if draft is not None else "model call failed",
+                      problems) is None:
                 replies[a.key] = (text, sample)
                 return
 

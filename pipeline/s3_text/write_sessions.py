@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 from pipeline.catalog import load_catalog
 from pipeline.checks.exchange import TurnView, echoes, exchange_problem, unreadable
 from pipeline.checks.quality import Origin, count
+from pipeline.checks.verdicts import heard
 from pipeline.config import writing_mode
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
@@ -150,7 +151,7 @@ def _split_session(plan, draft, items, unvoiced, done, config, stats, view) -> l
     exchanges = draft.exchanges if draft is not None else []
     for j, ex in zip(session_order(plan.small_talk, len(plan.beats)), exchanges, strict=False):
         if j is None:
-            if _ordinary_problem(ex.user, ex.assistant, items, config, view.at(plan.topic)):
+            if heard(ex, _ordinary_problem(ex.user, ex.assistant, items, config, view.at(plan.topic))):
                 stats.small_talk_dropped += 1
             else:
                 kept.append(Exchange(_clean(ex.user), _clean(ex.assistant), 0, 0))
@@ -158,7 +159,7 @@ def _split_session(plan, draft, items, unvoiced, done, config, stats, view) -> l
         problem = beat_problem(plan.beats[j], ex.user, ex.assistant, unvoiced=unvoiced,
                                max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(
             ex.assistant, _words(config)) or _checked(plan.beats[j], ex.user, ex.assistant, view.at(plan.topic))
-        if problem is None:
+        if heard(ex, problem) is None:
             done[(plan.session_id, j)] = Exchange(_clean(ex.user), _clean(ex.assistant), 0, 0)
         else:
             stats.problems[problem.split(" '")[0]] = stats.problems.get(problem.split(" '")[0], 0) + 1
@@ -215,7 +216,7 @@ def _beat_exchanges(persona, plans, unvoiced, done, *, llm, config, stats, view:
                 beat, draft.user, draft.assistant, unvoiced=unvoiced[plan.session_id],
                 max_tokens=config.text.max_turn_tokens, count=count_tokens) or length_problem(
                 draft.assistant, words) or _checked(beat, draft.user, draft.assistant, view.at(plan.topic))
-            if problem is None:
+            if heard(draft, problem) is None:
                 done[(plan.session_id, i)] = Exchange(_clean(draft.user), _clean(draft.assistant), sample, sample)
             else:
                 stats.problems[problem.split(" '")[0]] = stats.problems.get(problem.split(" '")[0], 0) + 1
@@ -341,7 +342,7 @@ def _small_talks(persona, plans: list[SessionPlan], items: list[str], *, llm, co
     for plan in plans:
         kept = []
         for ex in (draft.exchanges if (draft := drafts.get(plan.session_id)) else []):
-            if _ordinary_problem(ex.user, ex.assistant, items, config, view.at(plan.topic)):
+            if heard(ex, _ordinary_problem(ex.user, ex.assistant, items, config, view.at(plan.topic))):
                 stats.small_talk_dropped += 1
             else:
                 kept.append(Exchange(_clean(ex.user), _clean(ex.assistant), 0, 0))

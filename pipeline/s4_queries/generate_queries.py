@@ -10,6 +10,7 @@ from dataclasses import replace
 
 from pydantic import BaseModel, Field
 
+from pipeline.checks.verdicts import heard
 from pipeline.config import query_wording
 from pipeline.llm import LLM
 from pipeline.rng import derive_rng
@@ -156,6 +157,7 @@ def _model_wordings(persona: Persona, plans: list[QueryPlan], *, llm: LLM, judge
             provenance = {"wording": "model", "model": llm.name, "template": llm.fingerprint(QUERY)[:16],
                           "attempt": str(attempt + 1)}
             problem = _gates(plan, question, texts, provenance, judge, settings, stats, rng)
+            heard(draft, f"{problem.gate}: {problem.detail}" if problem else None)
             out[plan.query_id] = problem or Wording(question=question, texts=texts, provenance=provenance)
     return out
 
