@@ -6,6 +6,7 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
@@ -17,7 +18,7 @@ from prefect.futures import as_completed
 from prefect.task_runners import ThreadPoolTaskRunner
 from prefect.utilities.annotations import quote
 
-from flows.progress import current_reporter
+from flows.progress import current_reporter, heartbeat
 from flows.server import start_temporary_server, watch_api
 from pipeline.dataset.publishing import PUBLISHED
 from pipeline.errors import UserError, redact
@@ -79,6 +80,22 @@ def _generate_benchmark(spec: RunSpec, dask: DaskSettings | None) -> str:
     # a finished dataset. Submitted tasks get theirs plain: they are small.
     filler_future = filler_task.submit(spec)
     done: dict[int, JobResult] = reuse_task(quote(seeds), quote(spec))
+    if reporter is None:  # served: no display, so a line a minute says where the run stands
+        started = time.monotonic()
+        with heartbeat(lambda: _standing(done, len(seeds), started, engine_before), get_run_logger().info):
+            return _make_and_publish(spec, dask, seeds, done, filler_future, reporter, engine_before)
+    return _make_and_publish(spec, dask, seeds, done, filler_future, reporter, engine_before)
+
+
+def _standing(done: dict, total: int, started: float, engine_before) -> str:
+    """A served run's line a minute: personas made, minutes taken, and the embedded model's tokens so far."""
+    made = engine_counters().since(engine_before).generated
+    tokens = f"; the embedded model generated {made:,} tokens" if made else ""
+    stage = "making personas" if len(done) < total else "filler pool, assembly, validation, publish"
+    return f"{len(done)} of {total} personas done after {(time.monotonic() - started) / 60:.0f} min ({stage}){tokens}"
+
+
+def _make_and_publish(spec: RunSpec, dask, seeds, done, filler_future, reporter, engine_before) -> str:
     pending = [seed for seed in seeds if seed.index not in done]
     with _persona_outcomes(spec, pending, dask) as (outcomes, shipped):
         failures = _collect(outcomes, done, len(seeds), reporter, remote=dask is not None)

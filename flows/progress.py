@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Protocol
 
@@ -20,3 +23,26 @@ REPORTER: ContextVar[Reporter | None] = ContextVar("personagen_reporter", defaul
 def current_reporter() -> Reporter | None:
     """The reporter set by the caller, if any (a function, so the flow's code pickles by reference)."""
     return REPORTER.get()
+
+
+# A served run (a deployment, `make serve`) has no display: it logs where it stands this often, so a quiet stretch
+# (the embedded model's first persona takes minutes) is never silence.
+HEARTBEAT_S = 60.0
+
+
+@contextmanager
+def heartbeat(line: Callable[[], str], log: Callable[[str], None], every: float = HEARTBEAT_S) -> Iterator[None]:
+    """Log ``line()`` through ``log`` every ``every`` seconds while the block runs (from a daemon thread)."""
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every):
+            log(line())
+
+    thread = threading.Thread(target=beat, name="personagen-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()

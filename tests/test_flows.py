@@ -299,3 +299,22 @@ def test_a_rerun_reuses_the_probe_and_filter_outcome(tmp_path, monkeypatch):
     assert len(calls) == 1
     assert load(first).queries == load(second).queries
     assert manifest(first)["stats"]["probe"] == manifest(second)["stats"]["probe"]
+
+
+def test_a_served_run_logs_where_it_stands_while_it_is_quiet():
+    import time
+
+    from flows.generate import _standing
+    from flows.progress import heartbeat
+    from pipeline.llm.local import engine_counters
+
+    lines: list[str] = []
+    done: dict = {0: object()}
+    with heartbeat(lambda: _standing(done, 3, time.monotonic(), engine_counters()), lines.append, every=0.05):
+        deadline = time.monotonic() + 5
+        while len(lines) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    count = len(lines)
+    time.sleep(0.15)
+    assert count >= 2 and len(lines) == count  # stops with the block
+    assert lines[0].startswith("1 of 3 personas done after 0 min (making personas)"), lines

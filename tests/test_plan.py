@@ -121,17 +121,30 @@ def test_progress_display_counts_model_calls_against_the_plan(tmp_path):
             llm.generate(SPEC, TopicContext(name="Ada", topic="tea"))
             llm.generate(SPEC, TopicContext(name="Ada", topic="tea"))  # a cache hit is progress too
             assert calls.completed == 2
-            reporter.persona_done(1, from_checkpoint=True, failed=False)  # its 3 calls were made in an earlier run
-            assert calls.completed == 5
-            for topic in ("a", "b", "c"):
+            reporter.persona_done(1, from_checkpoint=True, failed=False)  # made no call: the plan left it off
+            assert (calls.completed, calls.total) == (2, 6)
+            for topic in ("a", "b", "c", "d", "e"):
                 llm.generate(SPEC, TopicContext(name="Ada", topic=topic))
-            assert (calls.completed, calls.total) == (8, 8)  # more calls than planned: the total follows
+            assert (calls.completed, calls.total) == (7, 7)  # more calls than planned: the total follows
         finally:
             unlisten()
         llm.generate(SPEC, TopicContext(name="Bo", topic="tea"))
-        assert calls.completed == 8  # no longer listening
+        assert calls.completed == 7  # no longer listening
         reporter.done()
-        assert calls.total == 8 and progress.tasks[reporter.personas].completed == 1
+        assert calls.total == 7 and progress.tasks[reporter.personas].completed == 1
+
+
+def test_a_rerun_plan_says_which_personas_are_made_and_leaves_their_calls_off(tmp_path):
+    from typer.testing import CliRunner
+
+    from pipeline.cli.app import app
+
+    args = ["generate", "--n", "2", "--profile", "smoke", "--llm", "fake", "--outputs", str(tmp_path / "out")]
+    first = CliRunner().invoke(app, args, env={"PREFECT_API_URL": "", "COLUMNS": "200"})
+    assert first.exit_code == 0 and "made already" not in first.output, first.output
+    again = CliRunner().invoke(app, [*args, "--dry-run"], env={"COLUMNS": "200"})
+    assert again.exit_code == 0 and "made already (checkpoints: no calls)" in again.output, again.output
+    assert "2 of 2 personas" in again.output and "ETA (cache misses only)" in again.output
 
 
 def test_plan_sizes_calls_from_this_models_cache_once_it_holds_enough_of_a_kind(tmp_path):

@@ -37,15 +37,15 @@ class RichReporter:
     """Shows personas done, model calls against the plan's expected calls (each with an ETA), and the stage.
 
     The calls bar moves with every call, so a long run shows its ETA from the first minutes, while the
-    first persona may take many calls to finish; a persona served from its checkpoint counts as its
-    expected calls. Calls made on Dask workers count when their persona comes back.
+    first persona may take many calls to finish; its total leaves out the calls of personas the plan found
+    checkpointed, and grows when the run makes more than planned. Calls made on Dask workers count when their
+    persona comes back.
     """
 
     def __init__(self, progress: Progress, total: int, calls: int = 0) -> None:
         self.progress = progress
         self.personas = progress.add_task("personas (text + queries)", total=total)
         self.calls = progress.add_task("model calls", total=calls) if calls else None
-        self.calls_per_persona = calls / total if total else 0.0
         self.reused = 0
 
     def call_done(self, stage: str, count) -> None:
@@ -58,10 +58,9 @@ class RichReporter:
         self.progress.advance(self.calls, count.calls)
 
     def persona_done(self, index: int, from_checkpoint: bool, failed: bool) -> None:
+        """A persona finished; one from its checkpoint made no call (the plan took its calls off the bar)."""
         self.reused += from_checkpoint
         self.progress.advance(self.personas)
-        if from_checkpoint and self.calls is not None:
-            self.progress.advance(self.calls, self.calls_per_persona)
 
     def stage(self, name: str) -> None:
         self.finish()
@@ -84,19 +83,25 @@ class RichReporter:
             self.progress.update(self.calls, total=self.progress.tasks[self.calls].completed)
 
 
-def _plan_table(estimate, config, llm_name: str, workers: int) -> Table:
+def _reused_calls(estimate, made: int) -> int:
+    return round(estimate.llm_calls * made / max(1, estimate.personas))
+
+
+def _plan_table(estimate, config, llm_name: str, workers: int, made: int = 0) -> Table:
     from pipeline.run.estimate import density_rows
 
     table = Table(title=f"plan: {config.dataset}, {estimate.personas} personas, {llm_name}")
     table.add_column("figure")
     table.add_column("value", justify="right")
     eta = f"{estimate.eta_s / 3600:.1f} h" if estimate.eta_s and estimate.eta_s > 5400 else (
-        f"{estimate.eta_s / 60:.1f} min" if estimate.eta_s else "unknown")
+        f"{estimate.eta_s / 60:.1f} min" if estimate.eta_s or made == estimate.personas else "unknown")
     for name, value in [
         ("topics x periods", f"{len(config.topics)} x {len(config.periods)}"),
         ("personas at once", f"{min(workers, estimate.personas):,}"),
         ("sessions", f"{estimate.sessions:,}"),
         ("expected LLM calls", f"{estimate.llm_calls:,}"),
+        *([("made already (checkpoints: no calls)", f"{made:,} of {estimate.personas:,} personas, "
+            f"about {_reused_calls(estimate, made):,} calls")] if made else []),
         ("expected generated tokens", f"{estimate.output_tokens:,}"),
         ("expected prompt tokens", f"{estimate.input_tokens:,}"),
         ("cost", f"${estimate.cost_usd:,.2f}" if estimate.cost_usd is not None else "n/a (no price configured)"),
@@ -133,6 +138,7 @@ def generate(
     from pipeline.config import with_writing
     from pipeline.llm import LLM, LLMError
     from pipeline.run.estimate import check_budgets, estimate_run
+    from pipeline.run.jobs import made_already
     from pipeline.run.spec import RunSpec, default_workers
 
     if runner not in ("thread", "dask"):
@@ -157,7 +163,11 @@ def generate(
         workers = workers or default_workers(settings, runner)
         estimate = estimate_run(config, gateway, workers=workers)
         check_budgets(config, estimate)
-        if _starts_prefect_server() and estimate.eta_s:
+        spec = RunSpec(config=config, llm=settings, outputs=outputs, keep=keep)
+        made = made_already(spec)
+        if made and estimate.eta_s:  # a rerun: the checkpointed personas make no call
+            estimate.eta_s *= (config.n_personas - made) / config.n_personas
+        if _starts_prefect_server() and estimate.eta_s is not None:
             estimate.eta_s += PREFECT_START_S
     except (UserError, LLMError) as exc:
         _drop_empty_cache(gateway, cache, created)
@@ -166,13 +176,12 @@ def generate(
         _drop_empty_cache(gateway, cache, created)
         raise fail("interrupted before the run started; nothing published",
                    code=143 if isinstance(exc, Terminated) else 130) from None
-    console.print(_plan_table(estimate, config, gateway.name, workers))
+    console.print(_plan_table(estimate, config, gateway.name, workers, made))
     if dry_run:
         _drop_empty_cache(gateway, cache, created)
         return
-    spec = RunSpec(config=config, llm=settings, outputs=outputs, keep=keep)
     path = _run(spec, runner=runner, workers=workers, dask_address=dask_address, dask_timeout=dask_timeout,
-                total=config.n_personas, calls=estimate.llm_calls)
+                total=config.n_personas, calls=estimate.llm_calls - _reused_calls(estimate, made))
     try:
         _summary(path)
     except KeyboardInterrupt as exc:  # the version is complete; only the summary was cut short
@@ -186,6 +195,8 @@ PREFECT_START_S = 15.0
 
 
 def _quiet_prefect() -> None:
+    if os.environ.get("PREFECT_API_URL", "").strip() == "":  # set but empty: no server, as when unset
+        os.environ.pop("PREFECT_API_URL", None)
     os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")  # before Prefect is imported: keep the display clean
     # The CLI reports a failure itself, in one `error:` line; Prefect's console tracebacks would bury it
     # (its logs still reach the Prefect API, and a real crash still prints Python's traceback).

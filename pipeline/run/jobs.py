@@ -83,3 +83,13 @@ def filler_job(spec: RunSpec) -> tuple[list[SessionWithTurns], UsageSummary]:
     return write_filler_pool(llm=llm, config=spec.config), llm.usage_summary()
 
 
+
+
+def made_already(spec: RunSpec) -> int:
+    """How many of the run's personas have a checkpoint that matches it: a rerun makes none of their calls (a file
+    that exists is counted; a torn one is made again, as ``reuse_checkpoints`` finds)."""
+    from pipeline.s1_personas.sample_personas import sample_personas
+
+    seeds = sample_personas(spec.config.n_personas, run_seed=spec.config.seed, settings=spec.config.personas)
+    key = fingerprint(spec, model_name(spec.llm))
+    return sum(spec.checkpoints.path(seed, key).is_file() for seed in seeds)
