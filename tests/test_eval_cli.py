@@ -5,6 +5,7 @@ OpenAI-compatible server."""
 from __future__ import annotations
 
 import json
+import re
 
 import pyarrow.parquet as pq
 import pytest
@@ -131,6 +132,7 @@ def test_ctrl_c_then_rerun_repeats_no_call(tmp_path, version, monkeypatch):
     from pipeline.evaluation import evaluate
 
     monkeypatch.setattr(evaluate, "BATCH", 4)
+    monkeypatch.setattr(evaluate, "POLL_S", 600.0)  # the bar moves at the end of each batch only
     update = rich.progress.Progress.update
 
     def interrupt(self, task, *args, completed=None, **kwargs):
@@ -190,3 +192,20 @@ def test_a_suite_of_every_mode_with_open_answers_runs_against_an_openai_compatib
     assert summary["judge_agreement"]["n_judged"] == 6
     assert summary["runs"]["rag"]["history"] == {"retriever": "bm25", "granularity": "turn", "k": 3}
     assert "Memory gap" in result.output
+
+
+def test_a_window_smaller_than_the_contexts_is_said_before_the_run_with_the_modes_that_fit(tmp_path, version):
+    result = _eval(version, tmp_path, "--llm", "fake?answer=correct", "--window", "1500", "--max-tokens", "64",
+                   "--name", "small")
+    assert result.exit_code == 0, result.output
+    note = next(line for line in result.stderr.splitlines() if line.startswith("note: "))
+    said = re.search(r"in mcq \((\d+) of (\d+)\)", note)
+    assert said and 0 < int(said.group(1)) <= int(said.group(2)), note
+    summary = json.loads((version / "evals" / "small" / "summary.json").read_text())
+    assert summary["n_skipped"] == int(said.group(1))  # the note counted what the run skipped
+    recent = re.search(r"recent \(--recent-tokens ([\d,]+)\)", note)
+    assert "oracle" in note and recent, note
+    fitted = _eval(version, tmp_path, "--llm", "fake?answer=correct", "--window", "1500", "--max-tokens", "64",
+                   "--mode", "recent", "--recent-tokens", recent.group(1).replace(",", ""), "--name", "fitted")
+    assert fitted.exit_code == 0 and "note: " not in fitted.stderr, fitted.output
+    assert json.loads((version / "evals" / "fitted" / "summary.json").read_text())["n_skipped"] == 0

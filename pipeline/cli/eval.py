@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.markdown import Markdown
-from rich.progress import Progress
+from rich.progress import MofNCompleteColumn, Progress
 
 from pipeline.cli.common import BudgetOpt, DatasetArg, OutputsOpt, budget_option, console, err_console, fail
 from pipeline.errors import UserError
@@ -68,6 +68,7 @@ def eval_command(
         for g in (gateway, grader):
             if g is not None:
                 g.preflight()
+        _say_window(version, gateway, settings, modes, suite=suite)
         run = _run(version, gateway, grader, settings, modes, suite=suite, name=name, outputs=outputs)
     except UserError as exc:
         raise fail(exc) from None
@@ -78,6 +79,30 @@ def eval_command(
     if failed:
         raise fail(f"{failed} model or judge calls failed and are not scored; rerun the same command to retry "
                    "them (every finished call is cached)", code=1)
+
+
+def _say_window(version: Path, gateway, settings, modes: list[str], *, suite: bool) -> None:
+    """Before any call: how many queries are longer than the model's window in each mode asked (they are skipped,
+    counted, not scored), and the modes in which every one fits."""
+    from pipeline.dataset import load
+    from pipeline.evaluation.evaluate import default_window, window_fit
+    from pipeline.evaluation.suite import SUITE_MODES
+
+    asked = list(modes or (SUITE_MODES if suite else [settings.mode]))
+    window, answer = settings.window or default_window(gateway), gateway.settings.max_tokens
+    ds = load(version)
+    n, skipped, recent = window_fit(ds, settings, asked, window, answer)
+    over = {m: k for m, k in skipped.items() if k}
+    if not over:
+        return
+    sized = settings.model_copy(update={"recent_tokens": recent})
+    others = [m for m in ("oracle", "rag", "recent") if m not in over]
+    fits = [m for m in others if not window_fit(ds, sized if m == "recent" else settings, [m], window, answer)[1][m]]
+    said = ", ".join(f"{m} ({k} of {n})" for m, k in over.items())
+    offer = ", ".join(f"recent (--recent-tokens {recent:,})" if m == "recent" and m not in asked else m for m in fits)
+    err_console.print(f"note: {gateway.name}'s window is {window:,} tokens: queries longer than it (with a "
+                      f"{answer:,}-token answer) are skipped, counted and not scored, in {said}."
+                      + (f" Every query fits in: {offer}." if fits else ""), highlight=False, soft_wrap=True)
 
 
 def _default_cache(version: Path, outputs: Path) -> Path:
@@ -121,7 +146,8 @@ def _run(version: Path, gateway, grader, settings, modes: list[str], *, suite: b
 
     gateway.runtime.resume()  # a process that saw an earlier run interrupted
     try:
-        with Progress(console=err_console, transient=True) as bar:
+        columns = (*Progress.get_default_columns(), MofNCompleteColumn())
+        with Progress(*columns, console=err_console, transient=True) as bar:
             task = bar.add_task("evaluating", total=None)
             progress = lambda done, total: bar.update(task, completed=done, total=total)  # noqa: E731
             if suite:

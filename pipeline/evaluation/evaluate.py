@@ -15,6 +15,7 @@ reported apart, never scored; a rerun asks it again.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -208,13 +209,58 @@ def evaluate(ds: Dataset, *, llm: LLM, settings: EvalSettings, modes: Sequence[M
     window = settings.window or default_window(llm)
     rows: list[EvalRow] = []
     views = Views(ds)
+    total = len(items) * len(modes)
+    if progress:
+        progress(0, total)
     for start in range(0, len(items), BATCH):
         jobs = [prepare(views, item, mode, settings, window, llm.settings.max_tokens)
                 for item in items[start:start + BATCH] for mode in modes]
-        rows.extend(llm.runtime.run(_ask_all(llm, judge, jobs, settings.answer)))
+        finished = [0]
+        batch = asyncio.run_coroutine_threadsafe(_ask_all(llm, judge, jobs, settings.answer, finished), llm.runtime.loop)
+        while True:  # the bar moves every POLL_S with the calls finished (drawn from this thread, not the loop's)
+            try:
+                rows.extend(batch.result(timeout=POLL_S))
+                break
+            except concurrent.futures.TimeoutError:
+                if progress:
+                    progress(len(rows) + finished[0], total)
         if progress:
-            progress(len(rows), len(items) * len(modes))
+            progress(len(rows), total)
     return rows
+
+
+POLL_S = 1.0  # seconds between two moves of the eval's progress bar inside a batch
+
+
+QUESTION_ROOM = 32  # tokens of slack when a recent history is sized to the window (a turn's message overhead)
+
+
+QUESTION_ROOM = 32  # tokens of slack when a recent history is sized to the window (a turn's message overhead)
+
+
+def _advanced(progress: Callable[[int, int], None], done: int, total: int, finished: int) -> None:
+    progress(done + finished, total)
+
+
+def window_fit(ds: Dataset, settings: EvalSettings, modes: Sequence[Mode], window: int,
+               max_tokens: int) -> tuple[int, dict[str, int], int]:
+    """The selected queries; per mode, how many of them are longer than the window (prompt and answer budget),
+    what a run would skip, counted before it asks anything; and a ``recent_tokens`` that fits every question."""
+    items = select_items(ds, settings)
+    views = Views(ds)
+    skipped = {m: sum(isinstance(prepare(views, item, m, settings, window, max_tokens), EvalRow) for item in items)
+               for m in modes}
+    longest = max((message_tokens(question_message(i.query, settings.answer).content) for i in items), default=0)
+    recent = max(1, window - max_tokens - longest - QUESTION_ROOM)
+    for _ in range(3):  # a recent history carries more than its turns (the profile, session dates): shrink by that
+        sized = settings.model_copy(update={"recent_tokens": recent})
+        over = max([r.prompt_tokens + max_tokens - window for i in items
+                    if isinstance(r := prepare(views, i, "recent", sized, window, max_tokens), EvalRow)], default=0)
+        if over <= 0 or recent <= 1:
+            break
+        recent = max(1, recent - over - QUESTION_ROOM)
+    return len(items), skipped, recent
+
 
 
 def prepare(views: Views, item: EvalItem, mode: Mode, settings: EvalSettings, window: int,
@@ -236,9 +282,17 @@ def prepare(views: Views, item: EvalItem, mode: Mode, settings: EvalSettings, wi
                 n_history=len(indices))
 
 
-async def _ask_all(llm: LLM, judge: LLM | None, jobs: list[Call | EvalRow], answer: Answer) -> list[EvalRow]:
-    return list(await asyncio.gather(*(_ask(llm, judge, job, answer) if isinstance(job, Call) else _done(job)
-                                       for job in jobs)))
+async def _ask_all(llm: LLM, judge: LLM | None, jobs: list[Call | EvalRow], answer: Answer,
+                   finished: list[int] | None = None) -> list[EvalRow]:
+    """Every job's row, in order; ``finished[0]`` counts the rows done so far."""
+    finished = finished if finished is not None else [0]
+
+    async def one(job: Call | EvalRow) -> EvalRow:
+        row = await (_ask(llm, judge, job, answer) if isinstance(job, Call) else _done(job))
+        finished[0] += 1
+        return row
+
+    return list(await asyncio.gather(*(one(job) for job in jobs)))
 
 
 async def _done(row: EvalRow) -> EvalRow:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from pipeline.evaluation.summary import (
     render_suite,
 )
 from pipeline.reporting import plots as plots
+from pipeline.reporting.review import page_name, render_review
 
 TABLES = ["personas", "preferences", "events", "event_edges", "queries", "contexts", "placements"]
 
@@ -85,35 +87,53 @@ def focus_persona(ds: Dataset) -> str:
     return min((p.persona_id for p in ds.personas), key=lambda pid: (-edges[pid], -events[pid], pid))
 
 
-def make_plots(ds: Dataset, evals: Evals) -> list[Plot]:
-    """Every plot of the report, in display order."""
+# A count is drawn as a bar chart only when its largest bar reaches MIN_BAR, a distribution as a histogram only over
+# MIN_POINTS values, a per-query picture over MIN_QUERIES queries: a small run's counts are a table, not bars of 1 and 2.
+MIN_BAR, MIN_POINTS, MIN_QUERIES = 10, 30, 40
+
+
+class Figures(BaseModel):
+    """What the report shows of a dataset: plots where the run is big enough to draw, small tables elsewhere."""
+
+    plots: list[Plot]
+    tables: list[tuple[str, list[str], list[list[str]]]]  # (title, header, rows)
+
+
+def make_plots(ds: Dataset, evals: Evals) -> Figures:
+    """Every plot of the report in display order, each count too small to draw given as a table instead."""
     budgets = {c.context_id: c.budget_tokens for c in ds.contexts}
     per_budget = Counter(budgets[p.context_id] for p in ds.placements)
-    out = [
-        Plot(name="queries_per_type.png", title="Queries per type",
-             png=plots.bar_chart("Queries per type", _sorted(Counter(q.type for q in ds.queries)))),
-        Plot(name="queries_per_topic.png", title="Queries per topic",
-             png=plots.bar_chart("Queries per topic", _sorted(Counter(q.topic for q in ds.queries)))),
-        Plot(name="placements_per_budget.png", title="Placed queries per context budget",
-             png=plots.bar_chart("Placed queries per budget",
-                                 {budget_label(b): per_budget[b] for b in sorted(per_budget)})),
-        Plot(name="context_tokens.png", title="Context tokens at the question",
-             png=plots.histogram("Context tokens before the question", [p.context_tokens for p in ds.placements],
-                                 xlabel="tokens")),
-        Plot(name="evidence_distance.png", title="Evidence distance",
-             png=plots.histogram("Distance from the evidence to the question",
-                                 [p.distance_tokens for p in ds.placements], xlabel="tokens")),
-        Plot(name="option_length_by_role.png", title="Option length per role",
-             png=plots.option_length_by_role(ds.queries)),
-        Plot(name="correct_position.png", title="Correct-option position", png=plots.correct_positions(ds.queries)),
-        Plot(name="baselines.png", title="Model-free baselines",
-             png=plots.bar_chart("Model-free baseline accuracy", baselines(ds.queries), xlabel="accuracy",
-                                 percent=True, reference=0.25)),
-    ]
+    out, tables = [], []
+    counts = [("queries_per_type.png", "Queries per type", _sorted(Counter(q.type for q in ds.queries))),
+              ("queries_per_topic.png", "Queries per topic", _sorted(Counter(q.topic for q in ds.queries))),
+              ("placements_per_budget.png", "Placed queries per context budget",
+               {budget_label(b): per_budget[b] for b in sorted(per_budget)})]
+    for name, title, values in counts:
+        if max(values.values(), default=0) >= MIN_BAR:
+            out.append(Plot(name=name, title=title, png=plots.bar_chart(title, values)))
+        else:
+            tables.append((title, ["", "count"], [[k, f"{v:,}"] for k, v in values.items()]))
+    spreads = [("context_tokens.png", "Context tokens at the question", [p.context_tokens for p in ds.placements]),
+               ("evidence_distance.png", "Distance from the evidence to the question",
+                [p.distance_tokens for p in ds.placements])]
+    for name, title, values in spreads:
+        if len(values) >= MIN_POINTS:
+            out.append(Plot(name=name, title=title, png=plots.histogram(title, values, xlabel="tokens")))
+        elif values:
+            ordered = sorted(values)
+            tables.append((title + " (tokens)", ["placements", "least", "median", "most"],
+                           [[f"{len(values):,}", f"{ordered[0]:,}", f"{ordered[len(ordered) // 2]:,}", f"{ordered[-1]:,}"]]))
+    if len(ds.queries) >= MIN_QUERIES:
+        out += [Plot(name="option_length_by_role.png", title="Option length per role",
+                     png=plots.option_length_by_role(ds.queries)),
+                Plot(name="correct_position.png", title="Correct-option position", png=plots.correct_positions(ds.queries))]
+    out.append(Plot(name="baselines.png", title="Model-free baselines",
+                    png=plots.bar_chart("Model-free baseline accuracy", baselines(ds.queries), xlabel="accuracy",
+                                        percent=True, reference=0.25)))
     if evals:
         out.append(Plot(name="eval_results.png", title="Eval results",
                         png=plots.eval_results(runs_of(evals), baselines(ds.queries) | reader_baselines(evals))))
-    return out + [_timeline_plot(ds)]
+    return Figures(plots=[*out, _timeline_plot(ds)], tables=tables)
 
 
 def _sorted(counts: Counter) -> dict[str, int]:
@@ -147,38 +167,106 @@ def summary_markdown(ds: Dataset, evals: Evals) -> str:
     return "\n".join(lines) + "\n"
 
 
-def render_html(title: str, summary: str, plots_: list[Plot], evals: Evals) -> str:
-    """A self-contained HTML page: the summary, each plot inline as a data URI, each eval's table."""
-    figures = "\n".join(
+def render_html(title: str, ds: Dataset, figures: Figures, evals: Evals, personas: list[tuple[str, str, str]]) -> str:
+    """A self-contained HTML page of real tables: counts, baselines, every eval run with its intervals, small counts,
+    the plots inline as data URIs, and a link to each persona's page (``personas``: id, name, page)."""
+    m = ds.manifest
+    parts = [_table("Tables", ["table", "rows"], [[name, f"{count:,}"] for name, count in m.counts.items()]),
+             _table("Model-free baselines", ["baseline (no model)", "accuracy"],
+                    [[name, f"{value:.1%}"] for name, value in (baselines(ds.queries) | reader_baselines(evals)).items()])]
+    if evals:
+        parts.append(_table("Eval runs", ["run", "model", "mode", "answers", "n", "accuracy", "95% CI", "skipped", "failed"],
+                            [[s.run, s.llm, s.mode, s.answer, f"{s.overall.n:,}", f"{s.overall.accuracy:.1%}",
+                              _ci(s.overall), f"{s.n_skipped:,}", f"{s.n_failed:,}"] for s in runs_of(evals)]))
+    parts += [_table(t, header, rows) for t, header, rows in figures.tables]
+    images = "\n".join(
         f'<figure><img alt="{html.escape(p.title)}" src="data:image/png;base64,'
         f'{base64.b64encode(p.png).decode()}"><figcaption>{html.escape(p.title)} ({p.name})</figcaption></figure>'
-        for p in plots_)
-    runs = "\n".join(f"<h3>{html.escape(s.run)}</h3><pre>{html.escape(_markdown(s))}</pre>" for s in evals)
+        for p in figures.plots)
+    runs = "\n".join(f"<section>{markdown_html(_markdown(s))}</section>" for s in evals)
+    links = "".join(f'<li><a href="{html.escape(page)}">{html.escape(name)}</a> <span class="dim">{html.escape(pid)}</span></li>'
+                    for pid, name, page in personas)
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1><h2>Summary</h2>"
-            f"<pre>{html.escape(summary)}</pre><h2>Plots</h2>{figures}"
-            f"{'<h2>Eval runs</h2>' + runs if evals else ''}</body></html>\n")
+            f"<style>{_CSS}</style></head><body><h1>{html.escape(title)}</h1><h2>Summary</h2>{''.join(parts)}"
+            f"<h2>Plots</h2>{images}{'<h2>Eval runs</h2>' + runs if evals else ''}"
+            f"<h2>Personas</h2><p><a href='index.html'>All personas</a>, a page each: timeline, sessions and "
+            f"questions.</p><ul class='personas'>{links}</ul></body></html>\n")
 
 
 def _markdown(summary: EvalSummary | SuiteSummary) -> str:
     return render_suite(summary) if isinstance(summary, SuiteSummary) else render_markdown(summary)
 
 
+def _table(title: str, header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td{_NUMBER.match(c) and ' class=n' or ''}>{html.escape(c)}</td>" for c in row)
+                   + "</tr>" for row in rows)
+    return f"<table><caption>{html.escape(title)}</caption><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _ci(a) -> str:
+    return f"[{a.ci_low:.1%}, {a.ci_high:.1%}]"
+
+
+def markdown_html(text: str) -> str:
+    """An eval's markdown (headings, paragraphs, bullets, pipe tables) as HTML: real tables, not a scroll box."""
+    out: list[str] = []
+    rows: list[list[str]] = []
+
+    def flush() -> None:
+        if rows:
+            head, *body = rows
+            out.append(_table("", head, body).replace("<caption></caption>", ""))
+            rows.clear()
+
+    for line in text.splitlines():
+        if line.startswith("|"):
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if not all(set(c) <= set("-: ") for c in cells):  # not the |---|---:| rule
+                rows.append([_plain(c) for c in cells])
+            continue
+        flush()
+        if line.startswith("#"):
+            level = min(6, 2 + len(line) - len(line.lstrip("#")))
+            out.append(f"<h{level}>{_inline(line.lstrip('# '))}</h{level}>")
+        elif line.strip():
+            out.append(f"<li>{_inline(line[2:])}</li>" if line.startswith("- ") else f"<p>{_inline(line)}</p>")
+    flush()
+    return "\n".join(out)
+
+
+def _plain(text: str) -> str:
+    return text.replace("`", "").replace("**", "")
+
+
+def _inline(text: str) -> str:
+    parts = html.escape(text.replace("**", "")).split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+_NUMBER = re.compile(r"^[-+]?[\d,.]+%?( \[[-\d.,%\s]+\])?$|^\[[-\d.,%\s]+\]$")  # a count, a rate, an interval
+
 _CSS = ("body{font-family:sans-serif;max-width:1100px;margin:2em auto;color:#222}"
         "figure{margin:1.5em 0}img{max-width:100%;border:1px solid #ddd}"
-        "figcaption{color:#555;font-size:.9em}pre{background:#f6f6f6;padding:.8em;overflow-x:auto}")
+        "figcaption{color:#555;font-size:.9em}table{border-collapse:collapse;margin:1em 0}"
+        "caption{text-align:left;font-weight:bold;padding:.3em 0}th,td{border:1px solid #ddd;padding:.3em .6em;"
+        "text-align:left}td.n{text-align:right;white-space:nowrap}th{background:#f3f3f3}.dim{color:#888;font-size:.85em}"
+        "ul.personas{columns:3}")
 
 
 def build_report(version: Path | str) -> ReportWritten:
     """Plot a dataset version (and its eval runs) and write ``<version>/report/``."""
-    ds = load(version, tables=TABLES)
+    ds = load(version)  # every table: the persona pages show sessions and turns
     verify(ds.path, ds.manifest)  # every file, those the report does not read included, as inspect and export do
     check_report(ds.path)  # a read-only version: one line before any plot is drawn
     evals = read_evals(ds.path)
-    rendered = make_plots(ds, evals)
+    figures = make_plots(ds, evals)
+    rendered = figures.plots
     summary = summary_markdown(ds, evals)
-    page = render_html(f"{ds.manifest.dataset} {ds.manifest.version}", summary, rendered, evals)
-    files = {p.name: p.png for p in rendered} | {"report.html": page.encode(), "summary.md": summary.encode()}
+    pages = render_review(ds)  # index.html and a page per persona, beside report.html
+    personas = [(p.persona_id, p.name, page_name(p.persona_id)) for p in sorted(ds.personas, key=lambda p: p.name)]
+    page = render_html(f"{ds.manifest.dataset} {ds.manifest.version}", ds, figures, evals, personas)
+    files = {p.name: p.png for p in rendered} | pages | {"report.html": page.encode(), "summary.md": summary.encode()}
     target = write_report(ds.path, files)
     publish_artifact(artifact_key("report", ds.manifest.dataset, ds.manifest.version), summary,
                      f"dataset report {ds.manifest.dataset} {ds.manifest.version}")
