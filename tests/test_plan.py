@@ -142,6 +142,19 @@ def test_a_rerun_plan_says_which_personas_are_made_and_leaves_their_calls_off(tm
     args = ["generate", "--n", "2", "--profile", "smoke", "--llm", "fake", "--outputs", str(tmp_path / "out")]
     first = CliRunner().invoke(app, args, env={"PREFECT_API_URL": "", "COLUMNS": "200"})
     assert first.exit_code == 0 and "made already" not in first.output, first.output
+    from pipeline.config import load_config, with_writing
+    from pipeline.dataset import load
+    from pipeline.llm import LLM
+    from pipeline.run.estimate import estimate_run
+    from schemas.llm import LLMSettings
+
+    ds = load(tmp_path / "out" / "smoke")  # the plan's filler share, in the units the dataset reports it
+    llm = LLM(LLMSettings(llm="fake", cache_path=tmp_path / "out" / ".cache" / "llm.sqlite"))
+    planned = estimate_run(with_writing(load_config("smoke", n_personas=2), llm), llm, workers=2).filler_share
+    for budget, share in planned.items():
+        contexts = [c for c in ds.contexts if c.budget_tokens == budget]
+        published = sum(c.filler_tokens for c in contexts) / sum(c.n_tokens for c in contexts)
+        assert 1 / 1.25 < share / published < 1.25, (budget, share, published)
     again = CliRunner().invoke(app, [*args, "--dry-run"], env={"COLUMNS": "200"})
     assert again.exit_code == 0 and "made already (checkpoints: no calls)" in again.output, again.output
     assert "2 of 2 personas" in again.output and "ETA (cache misses only)" in again.output

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 
 from pipeline.errors import UserError
 from pipeline.llm import LLM, call_label
+from pipeline.run.density import filler_shares
 from pipeline.run.plan import build_plan
 from pipeline.s3_text.beats import plan_sessions
 from pipeline.s3_text.filler import filler_need
@@ -351,9 +352,10 @@ def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
         own = int(sizes["exchange"] * items["exchanges"])
     else:
         own = int(sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"])
+    turns = 2 * (items.get("exchanges") or counts["sessions"] * config.text.session_exchanges)
     return Estimate(personas=n, sessions=int(counts["sessions"] * n), llm_calls=int(calls), output_tokens=int(out),
                     input_tokens=inp, cost_usd=cost, tokens_per_s=speed, eta_s=eta, own_tokens_per_persona=own,
-                    filler_share={b: max(0.0, 1 - own / b) for b in sorted(config.assembly.budgets)})
+                    filler_share=filler_shares(config, own, turns, counts["sessions"]))
 
 
 def target_sizes(config: RunConfig, counts: dict[str, float]) -> dict[str, float]:
