@@ -323,6 +323,10 @@ def _summary(path: Path) -> None:
         table.add_row(name, f"{count:,}")
     console.print(table)
     usage = manifest.get("usage", {}).get("total", {})
+    reused = manifest.get("stats", {}).get("personas_from_checkpoint", 0)
+    console.print(f"model calls: {usage.get('calls', 0):,}, {usage.get('cache_hits', 0):,} of them answered by the cache"
+                  + (f"; {reused:,} personas from their checkpoints (no calls)" if reused else ""), highlight=False,
+                  soft_wrap=True)
     if usage.get("transport_failures"):
         console.print(f"{usage['transport_failures']} of {usage.get('calls', 0)} model calls got no answer (within "
                       "llm.max_failed_share): code-written text stands in for them; a rerun asks them again",

@@ -31,7 +31,8 @@ from schemas.persona import PersonaSeed
 # the writing mode whose stage makes a template's calls (the others follow the backend, as a run does)
 WRITING = {"write_sessions.turn_user": "turn", "write_sessions.turn_assistant": "turn",
            "write_sessions.beat": "exchange", "write_sessions.small_talk": "exchange",
-           "write_sessions.session": "session"}
+           "write_sessions.session": "session",
+           "write_sessions.reveal": "exchange"}  # the turn mode's implicit messages are code's: nothing to reveal-check
 QUERY_STAGE = ("generate_queries.", "evaluate.")  # templates whose calls need the persona's queries
 SEARCHED = 5  # with no --persona, the first of this many whose run calls the template (a judge needs its query type)
 NO_PERSONA = ("gateway.ping", "filler.session")
