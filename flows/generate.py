@@ -80,25 +80,26 @@ def _generate_benchmark(spec: RunSpec, dask: DaskSettings | None) -> str:
     # a finished dataset. Submitted tasks get theirs plain: they are small.
     filler_future = filler_task.submit(spec)
     done: dict[int, JobResult] = reuse_task(quote(seeds), quote(spec))
+    stage = ["making personas"]
     if reporter is None:  # served: no display, so a line a minute says where the run stands
         started = time.monotonic()
-        with heartbeat(lambda: _standing(done, len(seeds), started, engine_before), get_run_logger().info):
-            return _make_and_publish(spec, dask, seeds, done, filler_future, reporter, engine_before)
-    return _make_and_publish(spec, dask, seeds, done, filler_future, reporter, engine_before)
+        with heartbeat(lambda: _standing(done, len(seeds), started, engine_before, stage[0]), get_run_logger().info):
+            return _make_and_publish(spec, dask, seeds, done, filler_future, reporter, engine_before, stage)
+    return _make_and_publish(spec, dask, seeds, done, filler_future, reporter, engine_before, stage)
 
 
-def _standing(done: dict, total: int, started: float, engine_before) -> str:
-    """A served run's line a minute: personas made, minutes taken, and the embedded model's tokens so far."""
+def _standing(done: dict, total: int, started: float, engine_before, stage: str = "making personas") -> str:
+    """A served run's line a minute: personas made, minutes taken, the stage, and the embedded model's tokens."""
     made = engine_counters().since(engine_before).generated
     tokens = f"; the embedded model generated {made:,} tokens" if made else ""
-    stage = "making personas" if len(done) < total else "filler pool, assembly, validation, publish"
     return f"{len(done)} of {total} personas done after {(time.monotonic() - started) / 60:.0f} min ({stage}){tokens}"
 
 
-def _make_and_publish(spec: RunSpec, dask, seeds, done, filler_future, reporter, engine_before) -> str:
+def _make_and_publish(spec: RunSpec, dask, seeds, done, filler_future, reporter, engine_before, stage: list[str]) -> str:
     pending = [seed for seed in seeds if seed.index not in done]
     with _persona_outcomes(spec, pending, dask) as (outcomes, shipped):
         failures = _collect(outcomes, done, len(seeds), reporter, remote=dask is not None)
+    stage[0] = "filler pool, assembly, validation, publish"
     check_failures(spec, len(seeds), failures)
     jobs = [done[i] for i in sorted(done)]
     results = [job.result for job in jobs]

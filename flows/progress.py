@@ -37,7 +37,10 @@ def heartbeat(line: Callable[[], str], log: Callable[[str], None], every: float 
 
     def beat() -> None:
         while not stop.wait(every):
-            log(line())
+            try:
+                log(line())
+            except Exception:  # noqa: BLE001 - a line that cannot be made this minute is tried again the next
+                continue
 
     thread = threading.Thread(target=beat, name="personagen-heartbeat", daemon=True)
     thread.start()

@@ -8,6 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from pipeline.cli.app import app
+from pipeline.errors import UserError
 from pipeline.prompting import PromptEnv, introduced
 from pipeline.run.prompt_try import NO_PERSONA, try_prompt
 from pipeline.specs import ALL_SPECS
@@ -22,7 +23,8 @@ def cache(tmp_path_factory):
 def test_every_template_is_tried_with_a_real_persona_on_the_fake_backend(name, cache):
     profile = "default" if name == "write_sessions.small_talk" else "smoke"  # smoke sessions have no small talk
     tried = try_prompt(name, llm="fake", cache=cache, profile=profile)
-    assert tried.calls and tried.calls[0].output is not None and tried.decision
+    assert tried.calls and tried.calls[0].output is not None
+    assert tried.decision.startswith(("kept", "not kept", "used as the model wrote it")), tried.decision
     user = next(m.content for m in tried.messages if m.role == "user")
     assert user and tried.contexts >= 1
     if name not in NO_PERSONA:
@@ -31,6 +33,18 @@ def test_every_template_is_tried_with_a_real_persona_on_the_fake_backend(name, c
         # the persona's own context, not the context model's example, and the stage's verdict on the draft
         assert tried.calls[-1].verdicts, tried
         assert tried.messages != PromptEnv().render(tried.spec, tried.spec.sample_context())
+
+
+def test_only_the_chosen_context_and_its_re_asks_reach_the_tried_backend(cache):
+    """The persona's run asks the template for many contexts; only the chosen one goes to --llm (the others and
+    every other template are answered by the fake backend), and --call picks another."""
+    first = try_prompt("write_sessions.turn_user", llm="fake", cache=cache, profile="smoke")
+    second = try_prompt("write_sessions.turn_user", llm="fake", cache=cache, profile="smoke", call=2)
+    assert first.contexts > 3 and 1 <= len(first.calls) <= 4  # turn_attempts: the chosen context's samples only
+    assert [c.sample for c in first.calls] == list(range(len(first.calls)))
+    assert first.messages != second.messages and second.contexts == first.contexts
+    with pytest.raises(UserError, match="fewer than --call 999"):
+        try_prompt("write_sessions.turn_user", llm="fake", cache=cache, profile="smoke", call=999)
 
 
 def test_a_draft_the_stage_refuses_is_shown_with_the_check_that_refused_it(cache):

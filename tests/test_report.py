@@ -114,7 +114,8 @@ def test_report_includes_eval_results_when_present_and_leaves_the_tables_alone(v
     written = build_report(version)
     assert "eval_results.png" in {p.name for p in written.images}
     assert "| judge | fake:fake-answer-correct | mcq | choice | 6 | 100.0% |" in written.summary
-    assert "judge" in written.html.read_text()
+    assert re.search(r"<tr><td>judge</td><td>fake:fake-answer-correct</td><td>mcq</td><td>choice</td>"
+                     r"<td class=n>6</td><td class=n>100\.0%</td>", written.html.read_text())
     manifest = json.loads((version / "manifest.json").read_text())
     for name, entry in manifest["files"].items():
         assert hashlib.sha256((version / name).read_bytes()).hexdigest() == entry["sha256"]

@@ -96,10 +96,12 @@ def _say_window(version: Path, gateway, settings, modes: list[str], *, suite: bo
     if not over:
         return
     sized = settings.model_copy(update={"recent_tokens": recent})
-    others = [m for m in ("oracle", "rag", "recent") if m not in over]
-    fits = [m for m in others if not window_fit(ds, sized if m == "recent" else settings, [m], window, answer)[1][m]]
+    others = [m for m in ("oracle", "rag") if m not in over]
+    fits = [m for m in others if not window_fit(ds, settings, [m], window, answer)[1][m]]
+    if not window_fit(ds, sized, ["recent"], window, answer)[1]["recent"]:
+        fits.append("recent")
     said = ", ".join(f"{m} ({k} of {n})" for m, k in over.items())
-    offer = ", ".join(f"recent (--recent-tokens {recent:,})" if m == "recent" and m not in asked else m for m in fits)
+    offer = ", ".join(f"recent (--recent-tokens {recent:,})" if m == "recent" else m for m in fits)
     err_console.print(f"note: {gateway.name}'s window is {window:,} tokens: queries longer than it (with a "
                       f"{answer:,}-token answer) are skipped, counted and not scored, in {said}."
                       + (f" Every query fits in: {offer}." if fits else ""), highlight=False, soft_wrap=True)

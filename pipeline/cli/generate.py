@@ -93,8 +93,8 @@ def _plan_table(estimate, config, llm_name: str, workers: int, made: int = 0) ->
     table = Table(title=f"plan: {config.dataset}, {estimate.personas} personas, {llm_name}")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    eta = f"{estimate.eta_s / 3600:.1f} h" if estimate.eta_s and estimate.eta_s > 5400 else (
-        f"{estimate.eta_s / 60:.1f} min" if estimate.eta_s or made == estimate.personas else "unknown")
+    seconds = 0.0 if made == estimate.personas else estimate.eta_s  # a rerun of made personas only: no calls
+    eta = "unknown" if seconds is None else f"{seconds / 3600:.1f} h" if seconds > 5400 else f"{seconds / 60:.1f} min"
     for name, value in [
         ("topics x periods", f"{len(config.topics)} x {len(config.periods)}"),
         ("personas at once", f"{min(workers, estimate.personas):,}"),

@@ -117,7 +117,7 @@ def try_command(
         typer.echo(f"--- {tried.backend}, sample {c.sample} ({how}) ---")
         typer.echo(c.output.model_dump_json(indent=2) if c.output is not None else f"call failed: {c.error}")
         if c.output is not None and not c.verdicts:
-            typer.echo("checks: none of the pipeline's checks reads this output")
+            typer.echo("checks: none (the pipeline checks nothing of this output before using it)")
         for v in c.verdicts:
             typer.echo("checks: pass" if v is None else f"checks: refused: {v}")
         typer.echo("")

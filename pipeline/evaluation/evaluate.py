@@ -217,29 +217,18 @@ def evaluate(ds: Dataset, *, llm: LLM, settings: EvalSettings, modes: Sequence[M
                 for item in items[start:start + BATCH] for mode in modes]
         finished = [0]
         batch = asyncio.run_coroutine_threadsafe(_ask_all(llm, judge, jobs, settings.answer, finished), llm.runtime.loop)
-        while True:  # the bar moves every POLL_S with the calls finished (drawn from this thread, not the loop's)
-            try:
-                rows.extend(batch.result(timeout=POLL_S))
-                break
-            except concurrent.futures.TimeoutError:
-                if progress:
-                    progress(len(rows) + finished[0], total)
+        # the bar moves every POLL_S with the calls finished (drawn from this thread, not the loop's)
+        while not concurrent.futures.wait([batch], timeout=POLL_S).done:
+            if progress:
+                progress(len(rows) + finished[0], total)
+        rows.extend(batch.result())
         if progress:
             progress(len(rows), total)
     return rows
 
 
 POLL_S = 1.0  # seconds between two moves of the eval's progress bar inside a batch
-
-
 QUESTION_ROOM = 32  # tokens of slack when a recent history is sized to the window (a turn's message overhead)
-
-
-QUESTION_ROOM = 32  # tokens of slack when a recent history is sized to the window (a turn's message overhead)
-
-
-def _advanced(progress: Callable[[int, int], None], done: int, total: int, finished: int) -> None:
-    progress(done + finished, total)
 
 
 def window_fit(ds: Dataset, settings: EvalSettings, modes: Sequence[Mode], window: int,

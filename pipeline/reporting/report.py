@@ -29,8 +29,6 @@ from pipeline.evaluation.summary import (
 from pipeline.reporting import plots as plots
 from pipeline.reporting.review import page_name, render_review
 
-TABLES = ["personas", "preferences", "events", "event_edges", "queries", "contexts", "placements"]
-
 
 class Plot(BaseModel):
     """One rendered plot: file name, caption and PNG bytes."""

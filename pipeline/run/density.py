@@ -45,9 +45,11 @@ def lme_frame() -> tuple[int, int]:
     return max(1, (turn - 2) // 2), header
 
 
-def filler_shares(config: RunConfig, own: float, turns: float, sessions: float) -> dict[int, float]:
+def filler_shares(config: RunConfig, own: float, sessions: float, exchanges: float | None = None) -> dict[int, float]:
     """Per budget, the share of a context's tokens that is filler, for a persona with ``own`` tokens of text in
-    ``turns`` turns and ``sessions`` sessions (its own text kept within ``max_persona_fraction`` of the budget)."""
+    ``sessions`` sessions of ``exchanges`` exchanges in all (default: ``text.session_exchanges`` a session), its
+    own text kept within ``max_persona_fraction`` of the budget."""
+    turns = 2 * (exchanges or sessions * config.text.session_exchanges)
     per_turn, header = lme_frame()
     size = filler_turn_tokens(config)
     per_session = 2 * max(1, config.text.filler_exchanges)

@@ -348,14 +348,12 @@ def estimate_run(config: RunConfig, llm: LLM, *, workers: int) -> Estimate:
         speed = out / eta if eta else None
     price = llm.settings.prices.get(llm.backend.model)
     cost = (inp * price.input_per_mtok + out * price.output_per_mtok) / 1e6 if price else None
-    if "exchange" in sizes:  # the turn mode: what a persona's sessions keep is a message and a reply per exchange
-        own = int(sizes["exchange"] * items["exchanges"])
-    else:
-        own = int(sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"])
-    turns = 2 * (items.get("exchanges") or counts["sessions"] * config.text.session_exchanges)
+    # the turn mode keeps a message and a reply per exchange; the others what their beat and session calls wrote
+    own = int(sizes["exchange"] * items["exchanges"] if "exchange" in sizes else
+              sizes["beat"] * counts["beat"] + sizes["small_talk"] * counts["small_talk"])
     return Estimate(personas=n, sessions=int(counts["sessions"] * n), llm_calls=int(calls), output_tokens=int(out),
                     input_tokens=inp, cost_usd=cost, tokens_per_s=speed, eta_s=eta, own_tokens_per_persona=own,
-                    filler_share=filler_shares(config, own, turns, counts["sessions"]))
+                    filler_share=filler_shares(config, own, counts["sessions"], items.get("exchanges")))
 
 
 def target_sizes(config: RunConfig, counts: dict[str, float]) -> dict[str, float]:

@@ -9,6 +9,7 @@ template answers at once, and an edited one makes the call again."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -96,7 +97,11 @@ def persona_seed(*, plan: Path | None, persona: str | None, profile: str, seed: 
             raise UserError(f"{plan}: no personas.parquet (give a `personagen plan` folder or a dataset version)")
         ids = _ids(plan)
         if (plan / "manifest.json").is_file():
-            config = RunConfig.model_validate(json.loads((plan / "manifest.json").read_text())["config"])
+            try:
+                config = RunConfig.model_validate(json.loads((plan / "manifest.json").read_text())["config"])
+            except (KeyError, TypeError, ValueError) as exc:  # ValidationError and JSONDecodeError are ValueErrors
+                raise UserError(f"{plan / 'manifest.json'}: not a dataset manifest with its run's config "
+                                f"({type(exc).__name__})") from None
     row = int(persona) if persona is not None and persona.isdigit() and persona not in ids else None
     if config is None:
         config = load_config(profile, n_personas=len(ids) or max(SEARCHED, (row or 0) + 1), seed=seed)
@@ -135,8 +140,9 @@ class _Routing(LLM):
         if self.chosen is None or context != self.chosen or (self.target in ONE_CALL and self.calls):
             return await super()._generate(spec, context, sample_index, stage)
         self.chosen_spec = spec
-        before, started = self.real.usage_summary().total.backend_calls, time.perf_counter()
-        call = TriedCall(sample=sample_index, output=None)
+        started = time.perf_counter()
+        call = TriedCall(sample=sample_index, output=None,
+                         cached=self.real.cache.get(self.real.cache_key(spec, context, sample_index=sample_index)) is not None)
         self.calls.append(call)
         try:
             call.output = await self.real._generate(spec, context, sample_index, stage)
@@ -146,7 +152,6 @@ class _Routing(LLM):
             raise
         finally:
             call.seconds = time.perf_counter() - started
-            call.cached = self.real.usage_summary().total.backend_calls == before
 
 
 def _parts(output: BaseModel) -> list[object]:
@@ -218,7 +223,8 @@ def _run(spec: PromptSpec, seed_row: PersonaSeed, config: RunConfig, llm: LLM) -
     from pipeline.run.persona_text import build_persona_text
 
     if spec.name == NO_PERSONA[0]:
-        llm.generate(spec, spec.sample_context())
+        with contextlib.suppress(LLMError):  # shown as the call's error
+            llm.generate(spec, spec.sample_context())
         return "(none: the ping has no persona)"
     if spec.name == NO_PERSONA[1]:
         from pipeline.s3_text.filler import write_filler_pool
@@ -252,10 +258,8 @@ def _judge(spec: PromptSpec, queries: list, config: RunConfig, llm: LLM) -> None
         found = [q for q in queries if ("abstention" if q.abstains() else q.type) == kind]
         if found:
             q = found[0]
-            try:
+            with contextlib.suppress(LLMError):  # shown as the call's error
                 llm.generate(judge_spec(q), judge_context(q, q.options[q.correct_index].text), stage="evaluate")
-            except LLMError:
-                pass  # shown as the call's error
 
 
 def decision(calls: list[TriedCall]) -> str:
@@ -265,7 +269,7 @@ def decision(calls: list[TriedCall]) -> str:
     last = calls[-1]
     asked = f" after {len(calls) - 1} refused draft(s)" if len(calls) > 1 else ""
     if last.passed is None:
-        return "used as the model wrote it (no check of the pipeline reads this output)"
+        return "used as the model wrote it (the pipeline checks nothing of this output before using it)"
     if last.passed:
         return f"kept: the model's text{asked}" if not asked else f"kept: the model's text of sample {last.sample}{asked}"
     if len(last.verdicts) > 1 and any(v is None for v in last.verdicts):

@@ -90,7 +90,8 @@ def write_turns(asks: Sequence[TurnAsk], *, llm: LLM, config: RunConfig,
             if a.key not in users:
                 draft = await ask(replace(TURN_USER, output=user_turn_draft(a.context.opening)), a.context, sample)
                 text = clean(draft.text, a.context.opening) if draft is not None else ""
-                if _noted(heard(draft, a.user_problem(text)) if draft is not None else "model call failed", problems):
+                problem = heard(draft, a.user_problem(text)) if draft is not None else "model call failed"
+                if _noted(problem, problems) is not None:
                     continue
                 users[a.key] = (text, sample)
             message = users[a.key][0]
