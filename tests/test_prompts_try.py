@@ -96,14 +96,23 @@ def test_the_persona_comes_from_a_plan_folder_by_id_or_row(tmp_path):
     assert other.exit_code == 2 and "give the --profile and --seed the plan was made with" in other.output
 
 
-def test_errors_are_one_line_naming_the_template_and_the_line_of_the_broken_tag(tmp_path):
+def _edited_narrative(tmp_path, found, edit) -> tuple:
+    """A copy of the prompts whose narrative template has the first line ``found`` accepts changed by ``edit``:
+    the folder and that line's number."""
     root = tmp_path / "prompts"
     shutil.copytree(PromptEnv().root, root)
     path = root / "narrate_events" / "narrative.jinja"
     lines = path.read_text().splitlines()
-    number = next(i for i, line in enumerate(lines, 1) if line.startswith("{% if causes %}"))
-    lines[number - 1] = "{% if causes "  # left open: Jinja meets the next line's text
+    number = next(i for i, line in enumerate(lines, 1) if found(line))
+    lines[number - 1] = edit(lines[number - 1])
     path.write_text("\n".join(lines) + "\n")
+    return root, number
+
+
+def test_errors_are_one_line_naming_the_template_and_the_line_of_the_broken_tag(tmp_path):
+    # the tag left open: Jinja meets the next line's text
+    root, number = _edited_narrative(tmp_path, lambda line: line.startswith("{% if causes %}"),
+                                     lambda line: "{% if causes ")
     base = ["--prompts-dir", str(root)]
     for args in (["prompts", "check", *base], ["prompts", "render", "narrate_events.narrative", *base],
                  ["prompts", "try", "narrate_events.narrative", "--llm", "fake", "--profile", "smoke",
@@ -116,13 +125,8 @@ def test_errors_are_one_line_naming_the_template_and_the_line_of_the_broken_tag(
 
 
 def test_an_undefined_field_in_render_names_its_line(tmp_path):
-    root = tmp_path / "prompts"
-    shutil.copytree(PromptEnv().root, root)
-    path = root / "narrate_events" / "narrative.jinja"
-    lines = path.read_text().splitlines()
-    number = next(i for i, line in enumerate(lines, 1) if "{{ date }}" in line)
-    lines[number - 1] = lines[number - 1].replace("{{ date }}", "{{ datee }}")
-    path.write_text("\n".join(lines) + "\n")
+    root, number = _edited_narrative(tmp_path, lambda line: "{{ date }}" in line,
+                                     lambda line: line.replace("{{ date }}", "{{ datee }}"))
     result = CliRunner().invoke(app, ["prompts", "render", "narrate_events.narrative", "--prompts-dir", str(root)])
     assert result.exit_code == 2 and f"narrative.jinja:{number}: UndefinedError" in result.output, result.output
 
