@@ -15,6 +15,7 @@ from pipeline.cli.app import app
 from pipeline.llm import LLM
 from pipeline.llm.cache import LLMCache
 from pipeline.llm.limits import Runtime
+from schemas.llm import LLMSettings
 from tests.support.eval_data import publish_tiny
 from tests.support.openai_server import OpenAIServer, schema_answer
 from tests.support.readonly import read_only
@@ -209,3 +210,19 @@ def test_a_window_smaller_than_the_contexts_is_said_before_the_run_with_the_mode
                    "--mode", "recent", "--recent-tokens", recent.group(1).replace(",", ""), "--name", "fitted")
     assert fitted.exit_code == 0 and "note: " not in fitted.stderr, fitted.output
     assert json.loads((version / "evals" / "fitted" / "summary.json").read_text())["n_skipped"] == 0
+
+
+def test_the_eval_bar_moves_within_a_batch_as_calls_finish(tmp_path, version, monkeypatch):
+    """One batch of slow calls: the bar is told its total before the first call and counts calls while they finish,
+    not only when the batch is done."""
+    from pipeline.evaluation import evaluate
+    from pipeline.evaluation.evaluate import EvalSettings, run_eval
+
+    monkeypatch.setattr(evaluate, "POLL_S", 0.02)
+    seen: list[tuple[int, int]] = []
+    with OpenAIServer(latency_s=0.1, responder=lambda body: "<final_answer>(b)") as server:
+        _server_env(monkeypatch, server)
+        llm = LLM(LLMSettings(llm="openai:test-model", cache_path=tmp_path / "c.sqlite", max_concurrency=1))
+        run_eval(version, llm=llm, settings=EvalSettings(limit=5), name="bar", progress=lambda d, t: seen.append((d, t)))
+    assert seen[0] == (0, 5) and seen[-1] == (5, 5), seen
+    assert {d for d, _ in seen} > {0, 5}, seen  # counts between the first and the last
