@@ -144,3 +144,21 @@ def test_the_profile_is_not_led_by_the_name_twice(cache):
         user, who = tried.messages[-1].content, tried.persona.split(" (")[1].rstrip(")")
         assert user.count(who) == 1 or name == "expand_persona.inventory", user
         assert f"{who}. {who}" not in user, user
+
+
+def test_bad_input_is_one_line_and_makes_no_cache_file(tmp_path, monkeypatch):
+    runner = CliRunner()
+    cache = tmp_path / "c.sqlite"
+    outside = runner.invoke(app, ["prompts", "try", "/etc/passwd", "--llm", "fake", "--cache", str(cache)])
+    assert outside.exit_code == 2 and "unknown prompt '/etc/passwd'" in outside.output
+    plan = tmp_path / "plan"
+    plan.mkdir()
+    (plan / "personas.parquet").write_bytes(b"{}\n")
+    torn = runner.invoke(app, ["prompts", "try", "expand_persona.profile", "--llm", "fake", "--plan", str(plan),
+                               "--cache", str(cache)])
+    assert torn.exit_code == 2 and f"{plan / 'personas.parquet'}: not a personas table" in torn.output, torn.output
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    keyless = runner.invoke(app, ["prompts", "try", "expand_persona.profile", "--llm", "openai:gpt-4o-mini",
+                                  "--profile", "smoke", "--cache", str(cache)])
+    assert keyless.exit_code == 2 and "OPENAI_API_KEY is not set" in keyless.output, keyless.output
+    assert "Traceback" not in outside.output + torn.output + keyless.output and not cache.exists()

@@ -22,6 +22,7 @@ from pipeline.checks.verdicts import listening
 from pipeline.config import load_config, with_writing
 from pipeline.errors import UserError
 from pipeline.llm import LLM, LLMError
+from pipeline.llm.factory import make_backend, resolve_backend_string
 from pipeline.prompting import ChatMessage, PromptEnv, PromptSpec
 from pipeline.s1_personas.sample_personas import persona_from_seed, sample_personas
 from pipeline.specs import ALL_SPECS
@@ -76,9 +77,8 @@ def resolve_template(name: str, env: PromptEnv) -> PromptSpec:
     """A prompt by the name `prompts list` prints, or by its template file (``prompts/a/b.jinja`` or ``a/b.jinja``)."""
     if name in ALL_SPECS:
         return ALL_SPECS[name]
-    path = Path(name)
-    relative = path.resolve().relative_to(env.root.resolve()).as_posix() if path.is_absolute() or path.exists() and \
-        path.resolve().is_relative_to(env.root.resolve()) else name.removeprefix("prompts/")
+    path, root = Path(name).resolve(), env.root.resolve()
+    relative = path.relative_to(root).as_posix() if path.is_relative_to(root) else name.removeprefix("prompts/")
     found = [s for s in ALL_SPECS.values() if s.template == relative]
     if not found:
         raise UserError(f"unknown prompt {name!r}: give a name from `personagen prompts list` or its template file")
@@ -171,11 +171,14 @@ def try_prompt(name: str, *, llm: str | None, cache: Path, plan: Path | None = N
     """Run one persona's stages with the tried template's ``call``-th context on ``llm`` (see the module)."""
     env = PromptEnv(prompts_dir) if prompts_dir else PromptEnv()
     spec = resolve_template(name, env)
-    real = LLM(LLMSettings(llm=llm, cache_path=cache), prompts=env)
-    try:
-        real.preflight()
+    persona_seed(plan=plan, persona=persona or "0", profile=profile, seed=seed)  # bad input: one line, no cache made
+    settings = LLMSettings(llm=llm, cache_path=cache)
+    try:  # the backend first: one that cannot work is one line, and no cache file is made for it
+        backend = make_backend(resolve_backend_string(settings), settings)
+        backend.preflight()
     except LLMError as exc:
         raise UserError(str(exc)) from exc
+    real = LLM(settings, backend=backend, prompts=env)
     try:
         for row in [persona] if persona is not None else [str(k) for k in range(SEARCHED)]:
             seed_row, config = persona_seed(plan=plan, persona=row, profile=profile, seed=seed)
@@ -215,7 +218,12 @@ def _config_for(spec: PromptSpec, config: RunConfig, real: LLM) -> RunConfig:
 
 
 def _ids(plan: Path) -> list[str]:
-    return [str(i) for i in pq.read_table(plan / "personas.parquet", columns=["persona_id"]).column("persona_id").to_pylist()]
+    table = plan / "personas.parquet"
+    try:
+        return [str(i) for i in pq.read_table(table, columns=["persona_id"]).column("persona_id").to_pylist()]
+    except (OSError, ValueError, KeyError) as exc:  # ArrowInvalid is a ValueError
+        raise UserError(f"{table}: not a personas table ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__})"
+                        ) from None
 
 
 def _run(spec: PromptSpec, seed_row: PersonaSeed, config: RunConfig, llm: LLM) -> str:
