@@ -186,7 +186,7 @@ def _gateway(llm: str | None, *, window: int | None, max_tokens: int, temperatur
 
 
 def report_command(dataset: DatasetArg, outputs: OutputsOpt = Path("outputs")) -> None:
-    """Write <version>/report/report.html (self-contained) and its PNG plots."""
+    """Write <version>/report/: report.html (its plots embedded), the PNG plots and a page per persona."""
     from pipeline.dataset import resolve
     from pipeline.reporting.report import build_report
 

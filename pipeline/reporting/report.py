@@ -1,4 +1,4 @@
-"""`personagen report`: a self-contained report.html (PNG plots embedded) plus the PNG files, written to
+"""`personagen report`: report.html (HTML tables, PNG plots embedded), the PNG files and a page per persona, written to
 ``<version>/report/`` through pipeline.dataset; the same summary becomes a Prefect artifact inside a flow."""
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def summary_markdown(ds: Dataset, evals: Evals) -> str:
 
 
 def render_html(title: str, ds: Dataset, figures: Figures, evals: Evals, personas: list[tuple[str, str, str]]) -> str:
-    """A self-contained HTML page of real tables: counts, baselines, every eval run with its intervals, small counts,
+    """One HTML page (no script, plots inline) of real tables: counts, baselines, every eval run with its intervals, small counts,
     the plots inline as data URIs, and a link to each persona's page (``personas``: id, name, page)."""
     m = ds.manifest
     parts = [_table("Tables", ["table", "rows"], [[name, f"{count:,}"] for name, count in m.counts.items()]),
