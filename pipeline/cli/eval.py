@@ -85,21 +85,20 @@ def _say_window(version: Path, gateway, settings, modes: list[str], *, suite: bo
     """Before any call: how many queries are longer than the model's window in each mode asked (they are skipped,
     counted, not scored), and the modes in which every one fits."""
     from pipeline.dataset import load
-    from pipeline.evaluation.evaluate import default_window, window_fit
+    from pipeline.evaluation.evaluate import default_window, fitting_recent, window_fit
     from pipeline.evaluation.suite import SUITE_MODES
 
     asked = list(modes or (SUITE_MODES if suite else [settings.mode]))
     window, answer = settings.window or default_window(gateway), gateway.settings.max_tokens
     ds = load(version)
-    n, skipped, recent = window_fit(ds, settings, asked, window, answer)
+    n, skipped = window_fit(ds, settings, asked, window, answer)
     over = {m: k for m, k in skipped.items() if k}
     if not over:
         return
-    sized = settings.model_copy(update={"recent_tokens": recent})
-    others = [m for m in ("oracle", "rag") if m not in over]
-    fits = [m for m in others if not window_fit(ds, settings, [m], window, answer)[1][m]]
-    if not window_fit(ds, sized, ["recent"], window, answer)[1]["recent"]:
-        fits.append("recent")
+    others = window_fit(ds, settings, [m for m in ("oracle", "rag") if m not in over], window, answer)[1]
+    fits = [m for m, k in others.items() if not k]
+    recent = fitting_recent(ds, settings, window, answer)
+    fits += ["recent"] if recent is not None else []
     said = ", ".join(f"{m} ({k} of {n})" for m, k in over.items())
     offer = ", ".join(f"recent (--recent-tokens {recent:,})" if m == "recent" else m for m in fits)
     err_console.print(f"note: {gateway.name}'s window is {window:,} tokens: queries longer than it (with a "

@@ -232,24 +232,33 @@ QUESTION_ROOM = 32  # tokens of slack when a recent history is sized to the wind
 
 
 def window_fit(ds: Dataset, settings: EvalSettings, modes: Sequence[Mode], window: int,
-               max_tokens: int) -> tuple[int, dict[str, int], int]:
-    """The selected queries; per mode, how many of them are longer than the window (prompt and answer budget),
-    what a run would skip, counted before it asks anything; and a ``recent_tokens`` that fits every question."""
+               max_tokens: int) -> tuple[int, dict[str, int]]:
+    """The selected queries, and per mode how many of them are longer than the window (prompt and answer budget):
+    what a run would skip, counted before it asks anything."""
     items = select_items(ds, settings)
     views = Views(ds)
-    skipped = {m: sum(isinstance(prepare(views, item, m, settings, window, max_tokens), EvalRow) for item in items)
-               for m in modes}
+    return len(items), {m: sum(isinstance(prepare(views, item, m, settings, window, max_tokens), EvalRow)
+                               for item in items) for m in modes}
+
+
+def fitting_recent(ds: Dataset, settings: EvalSettings, window: int, max_tokens: int) -> int | None:
+    """A ``recent_tokens`` with which every selected query fits the window, or None where none was found: the
+    window less the answer and the longest question, shrunk by what a recent history carries besides its turns
+    (the profile, session dates)."""
+    items = select_items(ds, settings)
+    views = Views(ds)
     longest = max((message_tokens(question_message(i.query, settings.answer).content) for i in items), default=0)
     recent = max(1, window - max_tokens - longest - QUESTION_ROOM)
-    for _ in range(3):  # a recent history carries more than its turns (the profile, session dates): shrink by that
+    for _ in range(3):
         sized = settings.model_copy(update={"recent_tokens": recent})
         over = max([r.prompt_tokens + max_tokens - window for i in items
                     if isinstance(r := prepare(views, i, "recent", sized, window, max_tokens), EvalRow)], default=0)
-        if over <= 0 or recent <= 1:
-            break
+        if over <= 0:
+            return recent
+        if recent <= 1:
+            return None
         recent = max(1, recent - over - QUESTION_ROOM)
-    return len(items), skipped, recent
-
+    return None
 
 
 def prepare(views: Views, item: EvalItem, mode: Mode, settings: EvalSettings, window: int,

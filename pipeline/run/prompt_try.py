@@ -85,10 +85,11 @@ def resolve_template(name: str, env: PromptEnv) -> PromptSpec:
     return found[0]
 
 
-def persona_seed(*, plan: Path | None, persona: str | None, profile: str, seed: int | None) -> tuple[PersonaSeed, RunConfig]:
-    """The persona to try with and its run's config: from a plan folder or dataset version (``plan``: its manifest's
-    config where it has one, else the profile and seed given), by id or row number (``persona``, from 0); else the
-    profile's first persona (or its ``persona``-th)."""
+def persona_seeds(*, plan: Path | None, persona: str | None, profile: str,
+                  seed: int | None) -> tuple[list[PersonaSeed], RunConfig]:
+    """The personas to try with, in order, and their run's config: from a plan folder or dataset version (``plan``:
+    its manifest's config where it has one, else the profile and seed given), the one named by id or row number
+    (``persona``, from 0), else the first ``SEARCHED`` (the first whose run calls the template is tried)."""
     ids: list[str] = []
     config = None
     if plan is not None:
@@ -111,13 +112,14 @@ def persona_seed(*, plan: Path | None, persona: str | None, profile: str, seed: 
     where = plan / "personas.parquet" if plan else f"profile {profile!r}"
     if row is not None and row >= len(known):
         raise UserError(f"{where}: no persona at row {row} ({len(known)} personas)")
-    wanted = known[row] if row is not None else persona or known[0]
-    if wanted not in known:
-        raise UserError(f"{where}: no persona {wanted!r} (first ones: {', '.join(known[:3])})")
-    if wanted not in by_id:
-        raise UserError(f"{plan}: persona {wanted!r} is not one profile {profile!r} with seed {config.seed} samples "
-                        "(give the --profile and --seed the plan was made with)")
-    return by_id[wanted], config
+    wanted = [known[row]] if row is not None else [persona] if persona else known[:SEARCHED]
+    for one in wanted:
+        if one not in known:
+            raise UserError(f"{where}: no persona {one!r} (first ones: {', '.join(known[:3])})")
+        if one not in by_id:
+            raise UserError(f"{plan}: persona {one!r} is not one profile {profile!r} with seed {config.seed} samples "
+                            "(give the --profile and --seed the plan was made with)")
+    return [by_id[one] for one in wanted], config
 
 
 class _Routing(LLM):
@@ -171,7 +173,7 @@ def try_prompt(name: str, *, llm: str | None, cache: Path, plan: Path | None = N
     """Run one persona's stages with the tried template's ``call``-th context on ``llm`` (see the module)."""
     env = PromptEnv(prompts_dir) if prompts_dir else PromptEnv()
     spec = resolve_template(name, env)
-    persona_seed(plan=plan, persona=persona or "0", profile=profile, seed=seed)  # bad input: one line, no cache made
+    seeds, config = persona_seeds(plan=plan, persona=persona, profile=profile, seed=seed)  # bad input: before the cache
     settings = LLMSettings(llm=llm, cache_path=cache)
     try:  # the backend first: one that cannot work is one line, and no cache file is made for it
         backend = make_backend(resolve_backend_string(settings), settings)
@@ -180,22 +182,21 @@ def try_prompt(name: str, *, llm: str | None, cache: Path, plan: Path | None = N
         raise UserError(str(exc)) from exc
     real = LLM(settings, backend=backend, prompts=env)
     try:
-        for row in [persona] if persona is not None else [str(k) for k in range(SEARCHED)]:
-            seed_row, config = persona_seed(plan=plan, persona=row, profile=profile, seed=seed)
+        tried, ran = _config_for(spec, config, real), 0
+        for seed_row in seeds:
+            ran += 1
             routing = _Routing(spec.name, call, real, settings=LLMSettings(llm="fake", cache_path=cache), prompts=env)
             try:
                 with listening() as verdicts:
-                    who = _run(spec, seed_row, _config_for(spec, config, real), routing)
+                    who = _run(spec, seed_row, tried, routing)
             finally:
                 routing.close()
-            if routing.chosen is not None or (routing.seen and persona is None) or spec.name in NO_PERSONA:
-                break
-            if plan is not None and persona is None and int(row) + 1 >= len(_ids(plan)):
+            if routing.chosen is not None or routing.seen or spec.name in NO_PERSONA:
                 break
     finally:
         real.close()
     if routing.chosen is None:
-        whose = "the persona's run" if persona is not None else f"the runs of the first {int(row) + 1} personas"
+        whose = "the persona's run" if persona is not None else f"the runs of the first {ran} personas"
         hint = "try another --persona" if routing.seen or persona is not None else f"profile {profile!r} makes none"
         raise UserError(f"{spec.name}: {whose} made {len(routing.seen) or 'no'} call(s) of this template"
                         + (f", fewer than --call {call}" if routing.seen else "") + f" ({hint})")
