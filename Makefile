@@ -13,7 +13,7 @@ LLM ?=
 # these flags build a portable AVX2 llama.cpp instead.
 export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF
 
-.PHONY: help install test test-slow lint prompts-check prompts-try plan generate serve bench clean
+.PHONY: help install test test-slow lint prompts-check prompts-try plan calibrate-weights generate serve bench clean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-15s %s\n", $$1, $$2}'
@@ -43,6 +43,9 @@ prompts-try: $(STAMP) ## one template on a real persona, its call and the stage'
 
 plan: $(STAMP) ## plan N personas' timelines without any model: make plan N=5 SEED=7
 	$(VENV)/bin/personagen plan --n $(N) --seed $(SEED) --out outputs/plan
+
+calibrate-weights: $(STAMP) ## after editing the taxonomy's events: reset their weights so no (event -> change) pair reaches over ~2% of an N=180 run
+	$(VENV)/bin/python -m pipeline.s2_timeline.calibrate
 
 generate: $(STAMP) ## generate and publish a dataset: make generate N=180 [PROFILE=default] [LLM=local] [SEED=7]
 	$(VENV)/bin/personagen generate --n $(N) --profile $(PROFILE) $(if $(SEED_SET),--seed $(SEED),) $(if $(LLM),--llm $(LLM),)

@@ -57,6 +57,9 @@ def _print_stats(stats: dict, counts: dict[str, int], out: Path, elapsed: float)
         table.add_row(f"{kind} events", str(count))
     table.add_row("life events changing 2+ topics", f"{stats['cross_topic_life_events']} "
                   f"({stats['cross_topic_fraction']:.1%} of {stats['changing_life_events']} that change any)")
+    (event, item, stance), count = stats["top_pair"]
+    table.add_row("most frequent (event -> change) pair", f"{count} ({stats['top_pair_share']:.1%}): {event} -> "
+                  f"{'started to like' if stance == 'like' else 'went off'} {item}" if count else "none")
     table.add_row("preference chain lengths", ", ".join(f"{k}: {v}" for k, v in stats["chain_lengths"].items()))
     table.add_row("longest causal path (events)", str(stats["max_causal_depth"]))
     for topic, count in stats["updates_per_topic"].items():

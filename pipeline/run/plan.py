@@ -34,15 +34,24 @@ def build_plan(config: RunConfig) -> Plan:
     return Plan(personas=personas, timelines=timelines)
 
 
+def _life_cause(by_id: dict, update_id: str) -> str:
+    """The summary of the life event behind a preference update."""
+    cause = by_id[update_id].cause_event_id
+    return by_id[cause].summary if cause in by_id else ""
+
+
 def plan_stats(timelines: list[Timeline], topics: list[str]) -> dict:
     """Counts that show the timelines exercise what the benchmark needs (updates, cross-topic, chains)."""
     kinds: Counter[str] = Counter()
     updates_per_topic: Counter[str] = Counter({t: 0 for t in topics})
     chain_lengths: Counter[int] = Counter()
     life, changing, cross, depth = 0, 0, 0, 0
+    pairs: Counter[tuple[str, str, str]] = Counter()  # (life event, item, new stance) -> personas living it
     for t in timelines:
         kinds.update(e.kind for e in t.events)
         by_id = {e.event_id: e for e in t.events}
+        pairs.update({(_life_cause(by_id, v.caused_by_event_id), v.item, v.stance)
+                      for v in t.preferences if v.caused_by_event_id})
         for e in t.events:
             if e.kind == "preference_update" and e.topic:
                 updates_per_topic[e.topic] += 1
@@ -70,4 +79,7 @@ def plan_stats(timelines: list[Timeline], topics: list[str]) -> dict:
         "chain_lengths": dict(sorted(chain_lengths.items())),
         "max_chain_length": max(chain_lengths, default=0),
         "max_causal_depth": depth,
+        # how many personas the most frequent (life event -> change) pair reaches, and that share of the run
+        "top_pair": (max(pairs.items(), key=lambda kv: (kv[1], kv[0]))) if pairs else (("", "", ""), 0),
+        "top_pair_share": round(max(pairs.values(), default=0) / len(timelines), 4) if timelines else 0.0,
     }

@@ -27,7 +27,7 @@ from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline
 CANDIDATE_WINDOW = 4  # events weighed against each other for a held preference they can turn around
 LIKE_SHARE_GAP = 0.1  # how far the turnable items' share of likes may drift from all held items' before it leans
 HELD_WINDOWS = 8  # ... and how many windows ahead an event may come from to turn a held preference
-CROSS_TOPIC_PULL = 10.0  # an event turning items of k of the run's topics is weighed by k ** this
+CROSS_TOPIC_PULL = 1.0  # an event turning items of k of the run's topics is weighed by k ** this
 TURN_LEAD = 1  # how many more views a persona may turn from one stance than from the other
 HELD_CHOICES = 3  # events that can turn a held view compared, the one turning more of the run's topics kept
 TURNABLE_WEIGHT = 4.0  # a held item some event names is this many times likelier to be drawn than one none names
@@ -218,9 +218,9 @@ class _Simulation(LifeClock):
         # a popular item would otherwise be drawn whenever that item is held, whatever its weight
         candidates = [(c, spec) for c, spec in self._eligible() if topic in self.index.topics[spec.summary]
                       and self._open(spec) and self._timed(spec, *slot) is not None]
-        # an event naming several items of this topic finds a held one more often: weigh it down a little;
-        # one that turns items of several of the run's topics comes first more often, so that a fair share of
-        # life events change more than one topic (each of those links is written down like any other)
+        # an event naming several items of this topic finds a held one more often: weigh it down a little; one
+        # that turns items of k of the run's topics weighs k times, so that a fair share of life events change
+        # more than one topic (a stronger pull made a few two-topic events the cause a tenth of the run shared)
         candidates = self._weighted_order(candidates, lambda spec: spec.weight * self._reach(spec) ** CROSS_TOPIC_PULL
                                           / len(self.index.named[(spec.summary, topic)]) ** 0.5)
         if not slot[3]:  # the period's major slot: a major event first, where one can change the topic
