@@ -45,7 +45,7 @@ plan: $(STAMP) ## plan N personas' timelines without any model: make plan N=5 SE
 	$(VENV)/bin/personagen plan --n $(N) --seed $(SEED) --out outputs/plan
 
 calibrate-weights: $(STAMP) ## after editing the taxonomy's events: reset their weights so no (event -> change) pair reaches over ~2% of an N=180 run
-	$(VENV)/bin/python -m pipeline.s2_timeline.calibrate
+	$(VENV)/bin/python -m pipeline.run.calibrate
 
 generate: $(STAMP) ## generate and publish a dataset: make generate N=180 [PROFILE=default] [LLM=local] [SEED=7]
 	$(VENV)/bin/personagen generate --n $(N) --profile $(PROFILE) $(if $(SEED_SET),--seed $(SEED),) $(if $(LLM),--llm $(LLM),)

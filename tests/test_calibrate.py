@@ -2,7 +2,7 @@
 
 from collections import Counter
 
-from pipeline.s2_timeline.calibrate import new_weights, read_weights, write_weights
+from pipeline.run.calibrate import new_weights, read_weights, write_weights
 
 TEXT = '''  hobby:
     events:

@@ -205,8 +205,14 @@ def test_the_checker_finds_each_planted_violation(planned):
     assert "calendar" in rules(p, t.model_copy(update={"events": [weekend if e is routine else e for e in t.events]}))
 
     p, t, routine = _life(plan, config, idle)
-    coworker = routine.model_copy(update={"summary": "asked a coworker to leave me out of chess clubs, since I dislike it"})
+    coworker = routine.model_copy(update={"summary": "chatted with a coworker about chess clubs, which I really enjoy"})
     assert "work" in rules(p, t.model_copy(update={"events": [coworker if e is routine else e for e in t.events]}))
+
+    p, t, version = _life(plan, config, lambda t: next((v for v in t.preferences if v.version > 1), None))
+    update = next(e for e in t.events if e.event_id == version.caused_by_event_id)
+    cause = next(e for e in t.events if e.event_id == update.cause_event_id)
+    first = cause.model_copy(update={"summary": f"tried {version.item} for the first time and was hooked"})
+    assert "first" in rules(p, t.model_copy(update={"events": [first if e is cause else e for e in t.events]}))
 
     def childless(t):
         person = next(x for x in plan.personas if x.persona_id == t.persona_id)

@@ -23,6 +23,7 @@ from pipeline.catalog import holds_fit, load_catalog
 from pipeline.life_state import _stem, initial_state, keywords, unmet
 from pipeline.s2_timeline.calendar import fits, region_of, when
 from pipeline.s2_timeline.periods import period_windows
+from pipeline.words import stems
 from schemas.catalog import LifeEventSpec, Taxonomy
 from schemas.persona import Persona, stereotype_match
 from schemas.timeline import Event, Timeline
@@ -51,6 +52,8 @@ LASTING = re.compile(r"\b(months|a year|years of|recovered|spent a (summer|winte
 # an event that tells of a habit it ends: the person held the item before
 HABIT = re.compile(r"\b(quit|quitting|gave up|stopped|cancelled|after (years|decades|months) of|decades of|years of|"
                    r"again|my usual|their usual|no longer)\b")
+# an event that tells of a first try: the person did not hold a view of what it names before
+FIRST = re.compile(r"\b(for the first time|first-ever|(a|their|my) first)\b")
 WORK_ROUTINE = re.compile(r"\b(coworker|colleague|at work)\b")
 
 
@@ -76,6 +79,12 @@ def _lasting(summary: str) -> bool:
 def tells_of_a_habit(summary: str) -> bool:
     """Whether an event's summary tells of a habit it ends or repeats (so its change turns a view held before)."""
     return bool(HABIT.search(summary))
+
+
+def tells_of_a_first(summary: str, item: str) -> bool:
+    """Whether an event tells of a first try of ``item`` ("tried a ski chalet holiday for the first time", "a first
+    BJJ class"): it can start a view of the item, never turn one held before."""
+    return bool(FIRST.search(summary)) and bool(stems(summary) & stems(item))
 
 
 def fits_short_period(spec: LifeEventSpec) -> bool:
@@ -172,6 +181,8 @@ def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, fir
         cause = by_id.get(update.cause_event_id or "") if update else None
         if v.version == 1 and cause is not None and v.stance == "dislike" and tells_of_a_habit(cause.summary):
             found.append(("fresh", f"{v.item}: a new dislike after {cause.summary!r}, which tells of a habit"))
+        if v.version > 1 and cause is not None and tells_of_a_first(cause.summary, v.item):
+            found.append(("first", f"{v.item}: held before, then turned by {cause.summary!r}, which tells of a first try"))
     for edge in timeline.edges:
         parent, child = by_id.get(edge.parent_event_id), by_id.get(edge.child_event_id)
         if edge.relation == "causes" and parent and child and parent.kind == child.kind == "life_event" \

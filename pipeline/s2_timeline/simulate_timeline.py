@@ -12,6 +12,7 @@ from pipeline.s2_timeline.calendar import place, region_of
 from pipeline.s2_timeline.coherence import (
     routine_fits,
     scale_of,
+    tells_of_a_first,
     tells_of_a_habit,
 )
 from pipeline.s2_timeline.events import catalog_facets, event_index
@@ -27,7 +28,7 @@ from schemas.timeline import Event, EventEdge, PreferenceVersion, Timeline
 CANDIDATE_WINDOW = 4  # events weighed against each other for a held preference they can turn around
 LIKE_SHARE_GAP = 0.1  # how far the turnable items' share of likes may drift from all held items' before it leans
 HELD_WINDOWS = 8  # ... and how many windows ahead an event may come from to turn a held preference
-CROSS_TOPIC_PULL = 1.0  # an event turning items of k of the run's topics is weighed by k ** this
+CROSS_TOPIC_PULL = 2.0  # an event turning items of k of the run's topics is weighed by k ** this
 TURN_LEAD = 1  # how many more views a persona may turn from one stance than from the other
 HELD_CHOICES = 3  # events that can turn a held view compared, the one turning more of the run's topics kept
 TURNABLE_WEIGHT = 4.0  # a held item some event names is this many times likelier to be drawn than one none names
@@ -219,8 +220,9 @@ class _Simulation(LifeClock):
         candidates = [(c, spec) for c, spec in self._eligible() if topic in self.index.topics[spec.summary]
                       and self._open(spec) and self._timed(spec, *slot) is not None]
         # an event naming several items of this topic finds a held one more often: weigh it down a little; one
-        # that turns items of k of the run's topics weighs k times, so that a fair share of life events change
-        # more than one topic (a stronger pull made a few two-topic events the cause a tenth of the run shared)
+        # that turns items of k of the run's topics weighs k ** CROSS_TOPIC_PULL times, so that about one changing
+        # life event in eight changes 2+ topics (a pull of 10 made a few two-topic events the cause of a tenth of
+        # the run once the taxonomy had many of them)
         candidates = self._weighted_order(candidates, lambda spec: spec.weight * self._reach(spec) ** CROSS_TOPIC_PULL
                                           / len(self.index.named[(spec.summary, topic)]) ** 0.5)
         if not slot[3]:  # the period's major slot: a major event first, where one can change the topic
@@ -295,7 +297,9 @@ class _Simulation(LifeClock):
                 and len(c) < self.s.max_versions and (mode != "long" or len(c) >= 2)]
         # a persona turns views from like and from dislike about equally often (else a changed chain's first
         # stance would tell its direction): a stance already turned from TURN_LEAD more times than the other waits
-        held = [c for c in held if self._lead(c[-1].stance) < TURN_LEAD and not self._too_soon(c, spec)]
+        # an event that tells of a first try of the item ("a first BJJ class") never turns a view held before
+        held = [c for c in held if self._lead(c[-1].stance) < TURN_LEAD and not self._too_soon(c, spec)
+                and not tells_of_a_first(spec.summary, c[0].item)]
         if not held:
             return None
         chain = self.rng.choice(held)
