@@ -16,7 +16,7 @@ export CMAKE_ARGS ?= -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=
 .PHONY: help install test test-slow lint prompts-check prompts-try plan calibrate-weights generate serve bench clean
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-15s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  %-18s %s\n", $$1, $$2}'
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -44,7 +44,7 @@ prompts-try: $(STAMP) ## one template on a real persona, its call and the stage'
 plan: $(STAMP) ## plan N personas' timelines without any model: make plan N=5 SEED=7
 	$(VENV)/bin/personagen plan --n $(N) --seed $(SEED) --out outputs/plan
 
-calibrate-weights: $(STAMP) ## after editing the taxonomy's events: reset their weights so no (event -> change) pair reaches over ~2% of an N=180 run
+calibrate-weights: $(STAMP) ## after editing the taxonomy's events: lower the weights of events whose (event -> change) pair reaches over ~2% of an N=180 run
 	$(VENV)/bin/python -m pipeline.run.calibrate
 
 generate: $(STAMP) ## generate and publish a dataset: make generate N=180 [PROFILE=default] [LLM=local] [SEED=7]

@@ -2,7 +2,7 @@
 
 from collections import Counter
 
-from pipeline.run.calibrate import new_weights, read_weights, write_weights
+from pipeline.run.calibrate import FLOOR, new_weights, over_target, read_weights, write_weights
 
 TEXT = '''  hobby:
     events:
@@ -27,3 +27,12 @@ def test_only_events_over_the_target_are_lowered_in_proportion():
     weights = {"busy": 1.0, "quiet": 0.3, "unseen": 0.5}
     out = new_weights(weights, Counter({"busy": 8.0, "quiet": 1.0}), target=4.0)
     assert out == {"busy": 0.5, "quiet": 0.3, "unseen": 0.5}
+    # never below the floor, never raised by it; an event at the floor is no longer counted as one to lower
+    floored = new_weights({"rare": 0.01, "busy": 0.05}, Counter({"rare": 40.0, "busy": 400.0}), target=4.0)
+    assert floored == {"rare": 0.01, "busy": FLOOR}
+    assert over_target(Counter({"rare": 40.0, "busy": 400.0}), floored, 4.0) == []
+    assert over_target(Counter({"busy": 8.0}), {"busy": 0.5}, 4.0) == ["busy"]
+
+
+def test_an_unchanged_weight_leaves_its_line_as_written():
+    assert write_weights(TEXT, {"joined a club": 0.5, "saw a show": 1.0}) == TEXT

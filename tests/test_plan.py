@@ -33,6 +33,7 @@ def test_plan_writes_parquet_and_show_prints_a_dated_tree(tmp_path):
     result = runner.invoke(app, ["plan", "--n", "5", "--seed", "7", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "life events changing 2+ topics" in result.output
+    assert "most frequent (event -> change) pair" in result.output
     tables = {p.stem: pq.read_table(p) for p in out.glob("*.parquet")}
     assert set(tables) == {"personas", "preferences", "events", "event_edges"}
     assert tables["personas"].num_rows == 5

@@ -40,18 +40,25 @@ def _life_cause(by_id: dict, update_id: str) -> str:
     return by_id[cause].summary if cause in by_id else ""
 
 
+def change_pairs(timelines: list[Timeline]) -> Counter[tuple[str, str, str]]:
+    """(life event, item, new stance) -> how many personas live that change."""
+    pairs: Counter[tuple[str, str, str]] = Counter()
+    for t in timelines:
+        by_id = {e.event_id: e for e in t.events}
+        pairs.update({(_life_cause(by_id, v.caused_by_event_id), v.item, v.stance)
+                      for v in t.preferences if v.caused_by_event_id})
+    return pairs
+
+
 def plan_stats(timelines: list[Timeline], topics: list[str]) -> dict:
     """Counts that show the timelines exercise what the benchmark needs (updates, cross-topic, chains)."""
     kinds: Counter[str] = Counter()
     updates_per_topic: Counter[str] = Counter({t: 0 for t in topics})
     chain_lengths: Counter[int] = Counter()
     life, changing, cross, depth = 0, 0, 0, 0
-    pairs: Counter[tuple[str, str, str]] = Counter()  # (life event, item, new stance) -> personas living it
     for t in timelines:
         kinds.update(e.kind for e in t.events)
         by_id = {e.event_id: e for e in t.events}
-        pairs.update({(_life_cause(by_id, v.caused_by_event_id), v.item, v.stance)
-                      for v in t.preferences if v.caused_by_event_id})
         for e in t.events:
             if e.kind == "preference_update" and e.topic:
                 updates_per_topic[e.topic] += 1
@@ -67,6 +74,7 @@ def plan_stats(timelines: list[Timeline], topics: list[str]) -> dict:
                 cross += len(children.get(e.event_id, ())) >= 2
         chain_lengths.update(len(c) for c in t.chains().values())
         depth = max(depth, nx.dag_longest_path_length(t.graph()) + 1 if t.events else 0)
+    pairs = change_pairs(timelines)
     return {
         "personas": len(timelines),
         "events": dict(kinds),

@@ -32,6 +32,7 @@ MAJOR_GAP_DAYS = 30  # no two major life events of one persona closer than this
 SHORT_PERIOD_DAYS = 60  # a period whose events span less than this holds minor events only
 FOLLOW_UP_DAYS = 365  # a life event follows from a major one at most this long before it
 SAME_DAY_HOURS = 12  # two life events of one persona are at least this far apart (a morning and an evening)
+TRIP_GAP_DAYS = 21  # two trips away of one persona are at least this far apart (a week or a month holds one or two)
 TURN_BACK_DAYS = 90  # a changed preference does not turn back sooner, unless a major event turns a minor one's change
 MAJOR = re.compile(
     r"\b(diagnos\w*|surgery|heart attack|stroke|cancer|funeral|widowed|death of|lost a (parent|father|mother|"
@@ -53,7 +54,8 @@ LASTING = re.compile(r"\b(months|a year|years of|recovered|spent a (summer|winte
 HABIT = re.compile(r"\b(quit|quitting|gave up|stopped|cancelled|after (years|decades|months) of|decades of|years of|"
                    r"again|my usual|their usual|no longer)\b")
 # an event that tells of a first try: the person did not hold a view of what it names before
-FIRST = re.compile(r"\b(for the first time|first-ever|(a|their|my) first)\b")
+FIRST_ZIPF = 5.0  # the words an event and an item share to be about one thing: "breathing", not "life" or "with"
+FIRST = re.compile(r"\b(for the first time|first[- ]ever|(a|an|the|their|my)( [\w'-]+){0,2} first)\b")
 WORK_ROUTINE = re.compile(r"\b(coworker|colleague|at work)\b")
 
 
@@ -84,7 +86,7 @@ def tells_of_a_habit(summary: str) -> bool:
 def tells_of_a_first(summary: str, item: str) -> bool:
     """Whether an event tells of a first try of ``item`` ("tried a ski chalet holiday for the first time", "a first
     BJJ class"): it can start a view of the item, never turn one held before."""
-    return bool(FIRST.search(summary)) and bool(stems(summary) & stems(item))
+    return bool(FIRST.search(summary)) and bool(stems(summary, rarer_than=FIRST_ZIPF) & stems(item, rarer_than=FIRST_ZIPF))
 
 
 def fits_short_period(spec: LifeEventSpec) -> bool:
@@ -127,6 +129,7 @@ def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, fir
     found: list[tuple[str, str]] = []
     majors: list[Event] = []
     lives: list[Event] = []
+    trips: list[Event] = []
     by_id = {e.event_id: e for e in timeline.events}
     for e in sorted(timeline.events, key=lambda e: (e.time, e.event_id)):
         if e.kind == "routine":
@@ -160,6 +163,11 @@ def check_timeline(persona: Persona, timeline: Timeline, taxonomy: Taxonomy, fir
         if stay and lives and e.time - lives[-1].time < timedelta(days=stay):
             found.append(("away", f"{e.time:%Y-%m-%d} {e.summary!r}: away {stay} days before it, yet "
                                   f"{lives[-1].summary!r} happened {(e.time - lives[-1].time).days} days before"))
+        if stay and trips and e.time - trips[-1].time < timedelta(days=TRIP_GAP_DAYS):
+            found.append(("trips", f"{e.time:%Y-%m-%d} {e.summary!r}: a trip {(e.time - trips[-1].time).days} days "
+                                   f"after the trip {trips[-1].summary!r}"))
+        if stay:
+            trips.append(e)
         lives.append(e)
         if scale == "major":
             if majors and e.time - majors[-1].time < timedelta(days=MAJOR_GAP_DAYS):

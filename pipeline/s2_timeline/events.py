@@ -52,6 +52,11 @@ def catalog_facets(catalog) -> dict:
     return _FACETS[id(catalog)]
 
 
+def forget_indexes() -> None:
+    """Drop the built indexes (keyed by the taxonomy's id: after its cache is cleared, an id may come back)."""
+    _INDEXES.clear()
+
+
 def event_index(taxonomy: Taxonomy, topics: list[str], facets: dict) -> EventIndex:
     key = (id(taxonomy), tuple(topics))
     if key not in _INDEXES:

@@ -17,6 +17,7 @@ from pipeline.s2_timeline.coherence import (
     MAJOR_GAP_DAYS,
     SAME_DAY_HOURS,
     SHORT_PERIOD_DAYS,
+    TRIP_GAP_DAYS,
     TURN_BACK_DAYS,
     changes_state,
     fits_short_period,
@@ -52,6 +53,8 @@ class LifeClock:
         apply(spec, self.state)
         scale = scale_of(spec)
         self.last_life = time
+        if when(spec.summary).stay_days:
+            self.last_trip = time
         if scale == "major":
             self.last_major = time
         event = self._event(window, time, "life_event", spec.summary, category=category, scale=scale)
@@ -83,6 +86,8 @@ class LifeClock:
         stay = when(spec.summary).stay_days  # away that long before its date: nothing else happens meanwhile
         if self.last_life is not None and at - self.last_life < max(timedelta(days=stay), timedelta(hours=SAME_DAY_HOURS)):
             return None
+        if stay and self.last_trip is not None and abs(at - self.last_trip) < timedelta(days=TRIP_GAP_DAYS):
+            return None  # no trip away within three weeks of the last one (three trips in nine days read as fiction)
         self.placed[spec.summary] = at
         return at
 

@@ -90,6 +90,7 @@ class _Simulation(LifeClock):
         self.index = event_index(taxonomy, config.topics, catalog_facets(catalog))
         self.last_life: datetime | None = None  # the latest life event's time: the next one comes after it
         self.last_major: datetime | None = None
+        self.last_trip: datetime | None = None  # the latest life event away from home (calendar.when's stay)
         self.placed: dict[str, datetime] = {}  # event summary -> the time it would take in the slot being filled
 
     # -- initial state ---------------------------------------------------------------------------
