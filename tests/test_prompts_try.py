@@ -40,7 +40,7 @@ def test_only_the_chosen_context_and_its_re_asks_reach_the_tried_backend(cache):
     every other template are answered by the fake backend), and --call picks another."""
     first = try_prompt("write_sessions.turn_user", llm="fake", cache=cache, profile="smoke")
     second = try_prompt("write_sessions.turn_user", llm="fake", cache=cache, profile="smoke", call=2)
-    assert first.contexts > 3 and 1 <= len(first.calls) <= 4  # turn_attempts: the chosen context's samples only
+    assert first.contexts >= 3 and 1 <= len(first.calls) <= 4  # turn_attempts: the chosen context's samples only
     assert [c.sample for c in first.calls] == list(range(len(first.calls)))
     assert first.messages != second.messages and second.contexts == first.contexts
     with pytest.raises(UserError, match="fewer than --call 999"):
