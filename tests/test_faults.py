@@ -120,7 +120,7 @@ def test_loopback_server_faults_are_retried(harness, tmp_path, monkeypatch):
 
     with OpenAIServer(retry_after_s=0.05, slow_s=2.0) as server:
         for index, fault in enumerate(["rate_limit", "server_error", "malformed", "length", "slow"] * 4):
-            server.schedule(3 + 5 * index, fault)  # all 20 within the ~108 requests of one persona
+            server.schedule(3 + 4 * index, fault)  # all 20 within the first 80 of the ~100 requests of one persona
         monkeypatch.setenv("OPENAI_API_KEY", "sk-test-loopback")
         monkeypatch.setenv("OPENAI_BASE_URL", server.base_url)
         spec = spec_for(tmp_path, "openai:test-model", n=1)
