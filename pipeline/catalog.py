@@ -72,6 +72,20 @@ def _line(path: Path, needle: str) -> str:
     return str(path)
 
 
+class _LineOf:
+    """``path:line`` of the first line holding ``needle``, looked up only when a message is formatted with it (a
+    taxonomy of 1,800 events read its file once per event at every load)."""
+
+    def __init__(self, path: Path, needle: str):
+        self.path, self.needle = path, needle
+
+    def __format__(self, spec: str) -> str:
+        return format(_line(self.path, self.needle), spec)
+
+    def __str__(self) -> str:
+        return format(self)
+
+
 def check_facets(catalog: Catalog, path: Path) -> None:
     """Every item's facets come from its topic's closed vocabulary (when the catalog declares one)."""
     if not catalog.facets:
@@ -115,7 +129,7 @@ def check_life_events(taxonomy: Taxonomy, path: Path, catalog: Catalog) -> None:
     carriers = {name: (topic, set(carried)) for (topic, name), carried in facets.items()}
     ages, genders = catalog.item_ages(), catalog.item_genders()
     for summary, (_, spec) in taxonomy.event_specs().items():
-        where = _line(path, f'"{summary}"')
+        where = _LineOf(path, f'"{summary}"')
         named = [(dim, v) for part in (spec.requires, spec.excludes) for dim, vs in part.items() for v in vs]
         named += list(spec.sets.items())
         for dim, value in named:
@@ -159,7 +173,7 @@ def check_life_events(taxonomy: Taxonomy, path: Path, catalog: Catalog) -> None:
                                     "change")
 
 
-def _check_items(spec, where: str, taxonomy: Taxonomy, carriers: dict[str, tuple[str, set[str]]]) -> None:
+def _check_items(spec, where: _LineOf, taxonomy: Taxonomy, carriers: dict[str, tuple[str, set[str]]]) -> None:
     """Each item an event names is a catalog item (``carriers``: name -> its topic and facets) of a topic its
     effects name, carries a facet they push there, and none they push the other way (so the direction of its
     change is never in doubt)."""
