@@ -156,8 +156,8 @@ class Facts:
 
     def decoy_reasons(self, pref_id: str, k: int) -> list[tuple[str, str]]:
         """Up to ``k`` (grounding, summary) reasons that are false for this preference: life events the persona
-        never lived that would have turned its item (naming the item first, then one of its facets, then its
-        topic: as related to the item as the true cause), of about the true cause's length, alternately toward
+        never lived that would have turned its item (naming the item first, then pushing one of its facets;
+        never one that only reaches its topic: as related to the item as the true cause), of about the true cause's length, alternately toward
         the stance it left (first) and the one it holds. Fixed per preference, whoever asks: its revisit and
         generalize questions and its topic's recall questions show the same ones, so an event seen in another
         question of the persona is no sign of the true one."""
@@ -184,7 +184,9 @@ class Facts:
         ways: list[list[tuple[str, str]]] = []
         for stance in ("dislike" if now.stance == "like" else "like", now.stance):
             pool: list[str] = []
-            for tier in self.pools.related_events(now.topic, now.item, "+" if stance == "like" else "-"):
+            # only events that name the item or push one of its facets that way: one that merely reaches the
+            # topic ("watched a zombie film" for heist films) is a non sequitur a reader rules out
+            for tier in self.pools.related_events(now.topic, now.item, "+" if stance == "like" else "-")[:2]:
                 tier = [s for s in tier if s not in barred]
                 rng.shuffle(tier)
                 # events of the true cause's kind (scale, and whether it takes months) first, then of the kind
