@@ -157,8 +157,8 @@ class Facts:
     def decoy_reasons(self, pref_id: str, k: int) -> list[tuple[str, str]]:
         """Up to ``k`` (grounding, summary) reasons that are false for this preference: life events the persona
         never lived that would have turned its item (naming the item first, then pushing one of its facets;
-        never one that only reaches its topic: as related to the item as the true cause), of about the true cause's length, alternately toward
-        the stance it left (first) and the one it holds. Fixed per preference, whoever asks: its revisit and
+        never one that only reaches its topic: as related to the item as the true cause), of about the true
+        cause's length, alternately toward the stance it left (first) and the one it holds. Fixed per preference, whoever asks: its revisit and
         generalize questions and its topic's recall questions show the same ones, so an event seen in another
         question of the persona is no sign of the true one."""
         away, toward = self.decoy_ways(pref_id)
